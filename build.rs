@@ -1,0 +1,12 @@
+//! Compiles `proto/jobrelay/v1/job.proto` with protox (pure Rust), so building
+//! jobrelay never needs a `protoc` binary on the machine.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto");
+    let descriptors = protox::compile(["jobrelay/v1/job.proto"], ["proto"])?;
+    let mut config = prost_build::Config::new();
+    // Headers keep a stable order when marshalled, so equal jobs marshal to equal bytes.
+    config.btree_map(["."]);
+    config.compile_fds(descriptors)?;
+    Ok(())
+}

@@ -1,0 +1,4 @@
+//! Operator commands: `status` and `dead-letter`.
+
+pub mod dead_letter;
+pub mod status;

@@ -1,0 +1,90 @@
+//! `jobrelay status`: the backlog at a glance.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::error::Result;
+use crate::table::TableName;
+
+/// Pending and dead rows of one queue.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+pub struct QueueStatus {
+    /// Rows waiting in the outbox table.
+    pub pending: i64,
+    /// Rows in the dead-letter table.
+    pub dead: i64,
+}
+
+/// The backlog (SPEC 6, `status --json`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Status {
+    /// Rows waiting in the outbox table.
+    pub pending: i64,
+    /// Age of the oldest of them, in seconds; `null` when there are none.
+    pub oldest_pending_age_seconds: Option<f64>,
+    /// Rows in the dead-letter table.
+    pub dead: i64,
+    /// The same, per queue.
+    pub queues: BTreeMap<String, QueueStatus>,
+}
+
+/// Reads the backlog of `table` in one snapshot.
+pub async fn status(pool: &PgPool, table: &TableName) -> Result<Status> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .execute(&mut *tx)
+        .await?;
+    let pending: Vec<(String, i64, Option<f64>)> = sqlx::query_as(&format!(
+        "SELECT queue, count(*), EXTRACT(EPOCH FROM now() - min(created_at))::float8
+         FROM {} GROUP BY queue",
+        table.pending()
+    ))
+    .fetch_all(&mut *tx)
+    .await?;
+    let dead: Vec<(String, i64)> = sqlx::query_as(&format!(
+        "SELECT queue, count(*) FROM {} GROUP BY queue",
+        table.dead()
+    ))
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+
+    let mut s = Status {
+        pending: 0,
+        oldest_pending_age_seconds: None,
+        dead: 0,
+        queues: BTreeMap::new(),
+    };
+    for (queue, n, age) in pending {
+        s.pending += n;
+        s.oldest_pending_age_seconds = match (s.oldest_pending_age_seconds, age) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        s.queues.entry(queue).or_default().pending = n;
+    }
+    for (queue, n) in dead {
+        s.dead += n;
+        s.queues.entry(queue).or_default().dead = n;
+    }
+    Ok(s)
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let age = self
+            .oldest_pending_age_seconds
+            .map(|a| format!("{a:.1}s"))
+            .unwrap_or_else(|| "-".into());
+        writeln!(f, "pending {}  oldest {}  dead {}", self.pending, age, self.dead)?;
+        if !self.queues.is_empty() {
+            writeln!(f, "{:<40} {:>12} {:>12}", "QUEUE", "PENDING", "DEAD")?;
+            for (q, s) in &self.queues {
+                writeln!(f, "{q:<40} {:>12} {:>12}", s.pending, s.dead)?;
+            }
+        }
+        Ok(())
+    }
+}

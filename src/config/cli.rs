@@ -1,0 +1,133 @@
+//! The command line (clap). Every option is taken as text here and parsed by
+//! [`super::Config::resolve`], so flag, environment and file values fail with the same messages.
+
+use clap::{Args, Parser, Subcommand};
+
+/// jobrelay: relays committed `pending_jobs` rows from Postgres to Redis, exactly once per uuid.
+///
+/// Precedence: flag > environment > --config TOML file > default. An empty environment
+/// variable counts as unset. Durations use humantime syntax (500ms, 30s, 5m, 1h30m; 0).
+#[derive(Debug, Parser)]
+#[command(name = "jobrelay", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do; without a subcommand, run the relay daemon (or `--sweep`).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// Options shared by the daemon and every subcommand.
+    #[command(flatten)]
+    pub flags: Flags,
+}
+
+/// The options of SPEC 6, as given on the command line.
+#[derive(Debug, Default, Args)]
+pub struct Flags {
+    /// Postgres URL [env: DATABASE_URL] [default: postgres://127.0.0.1:5432/postgres]
+    #[arg(long, global = true, value_name = "URL")]
+    pub database_url: Option<String>,
+    /// File holding the Postgres URL (Kubernetes Secret volume) [env: DATABASE_URL_FILE]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub database_url_file: Option<String>,
+    /// Redis URL, redis:// or rediss:// (TLS) [env: REDIS_URL] [default: redis://127.0.0.1:6379]
+    #[arg(long, global = true, value_name = "URL")]
+    pub redis_url: Option<String>,
+    /// File holding the Redis URL [env: REDIS_URL_FILE]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub redis_url_file: Option<String>,
+    /// Outbox table, `name` or `schema.name` [env: JOBRELAY_TABLE] [default: pending_jobs]
+    #[arg(long, global = true, value_name = "TABLE")]
+    pub table: Option<String>,
+    /// Prefix of every Redis key, e.g. `app1:` [env: JOBRELAY_NAMESPACE] [default: empty]
+    #[arg(long, global = true, value_name = "PREFIX")]
+    pub namespace: Option<String>,
+    /// Rows claimed per transaction [env: JOBRELAY_BATCH_SIZE] [default: 1000]
+    #[arg(long, global = true, value_name = "N")]
+    pub batch_size: Option<String>,
+    /// Concurrent claim loops [env: JOBRELAY_WORKERS] [default: 2]
+    #[arg(long, global = true, value_name = "N")]
+    pub workers: Option<String>,
+    /// Idle wait when no notification arrives [env: JOBRELAY_POLL_INTERVAL] [default: 1s]
+    #[arg(long, global = true, value_name = "DURATION")]
+    pub poll_interval: Option<String>,
+    /// Failed attempts before a row is dead-lettered [env: JOBRELAY_MAX_ATTEMPTS] [default: 25]
+    #[arg(long, global = true, value_name = "N")]
+    pub max_attempts: Option<String>,
+    /// Lifetime of the dedup marker jobs:<uuid>; 0 = never expires [env: JOBRELAY_DEDUP_TTL] [default: 15m]
+    #[arg(long, global = true, value_name = "DURATION")]
+    pub dedup_ttl: Option<String>,
+    /// Metrics and probes listener, or `off` [env: JOBRELAY_HTTP_ADDR] [default: 0.0.0.0:9898]
+    #[arg(long, global = true, value_name = "ADDR")]
+    pub http_addr: Option<String>,
+    /// Time to finish the batch in hand on SIGTERM [env: JOBRELAY_SHUTDOWN_TIMEOUT] [default: 25s]
+    #[arg(long, global = true, value_name = "DURATION")]
+    pub shutdown_timeout: Option<String>,
+    /// Bound on one Redis push while rows are locked [env: JOBRELAY_PUSH_TIMEOUT] [default: 5s]
+    #[arg(long, global = true, value_name = "DURATION")]
+    pub push_timeout: Option<String>,
+    /// `text` or `json` [env: JOBRELAY_LOG_FORMAT] [default: text on a terminal, else json]
+    #[arg(long, global = true, value_name = "FORMAT")]
+    pub log_format: Option<String>,
+    /// TOML file with any of these options, keys spelled like the flags with `_` [env: JOBRELAY_CONFIG]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<String>,
+    /// Relay every claimable row older than --older-than, print a report, exit
+    #[arg(long)]
+    pub sweep: bool,
+    /// With --sweep: only rows created at least this long ago [default: 60s]
+    #[arg(long, value_name = "DURATION", requires = "sweep")]
+    pub older_than: Option<String>,
+}
+
+/// Subcommands. None of them listens on a port.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply the embedded migrations (and create --table if it is not pending_jobs), then exit.
+    Migrate,
+    /// Print the backlog: pending rows, oldest pending age, dead letters, per queue.
+    Status {
+        /// One JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inspect, requeue or purge dead-lettered rows.
+    #[command(subcommand)]
+    DeadLetter(DeadLetterCommand),
+    /// Validate the configuration, reach Postgres and Redis, report the schema version.
+    Check,
+}
+
+/// `jobrelay dead-letter ...`
+#[derive(Debug, Subcommand)]
+pub enum DeadLetterCommand {
+    /// List dead-lettered rows, oldest first.
+    List {
+        /// Only rows of this queue.
+        #[arg(long)]
+        queue: Option<String>,
+        /// At most this many rows.
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move rows back into the outbox table with attempts reset.
+    Requeue(Selection),
+    /// Delete rows for good.
+    Purge(Selection),
+}
+
+/// Which dead-lettered rows a command touches: exactly one of --id, --queue, --all.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct Selection {
+    /// These ids (repeat the flag or separate with commas).
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    pub id: Vec<i64>,
+    /// Every row of this queue.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Every row.
+    #[arg(long)]
+    pub all: bool,
+}

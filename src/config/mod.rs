@@ -1,0 +1,349 @@
+//! Configuration (SPEC 6): flags > environment > `--config` TOML file > defaults, resolved and
+//! validated in one pass before any connection is made. Every error names its culprit: the
+//! flag, the environment variable, or the key and file it came from.
+//!
+//! The environment is read through a function, so tests never touch the process environment.
+
+pub mod cli;
+mod source;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::PgConnectOptions;
+
+use self::cli::Flags;
+use self::source::{Origin, Sources};
+use crate::table::TableName;
+use crate::telemetry::logging::LogFormat;
+use crate::telemetry::redact;
+
+/// A bad option: `{culprit}: {reason}`, e.g. `--batch-size: "ten" is not a whole number`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{culprit}: {reason}")]
+pub struct ConfigError {
+    /// The flag, variable or file key at fault.
+    pub culprit: String,
+    /// What is wrong with it, free of secrets.
+    pub reason: String,
+}
+
+/// A connection URL whose password never shows in `Debug` or `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretUrl(String);
+
+impl SecretUrl {
+    /// The URL itself, password included. Pass it to a client; never log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", redact::redact_url(&self.0))
+    }
+}
+
+impl fmt::Display for SecretUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact::redact_url(&self.0))
+    }
+}
+
+/// Default Postgres URL: the local server.
+pub const DEFAULT_DATABASE_URL: &str = "postgres://127.0.0.1:5432/postgres";
+/// Default Redis URL.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+/// Default rows per batch (chosen by benchmark).
+pub const DEFAULT_BATCH_SIZE: usize = 1000;
+/// Default claim loops (chosen by benchmark).
+pub const DEFAULT_WORKERS: usize = 2;
+/// Default idle poll interval.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Default attempts before dead-lettering.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 25;
+/// Default dedup marker lifetime.
+pub const DEFAULT_DEDUP_TTL: Duration = Duration::from_secs(15 * 60);
+/// Default HTTP listener.
+pub const DEFAULT_HTTP_ADDR: &str = "0.0.0.0:9898";
+/// Default shutdown bound.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
+/// Default push bound.
+pub const DEFAULT_PUSH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default sweep age.
+pub const DEFAULT_OLDER_THAN: Duration = Duration::from_secs(60);
+/// Server-side `statement_timeout` of the relay's sessions, and the client-side bound on each
+/// statement: a claim or delete of one batch takes milliseconds.
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The whole, validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `--database-url`.
+    pub database_url: SecretUrl,
+    /// `--redis-url`.
+    pub redis_url: SecretUrl,
+    /// `--table`.
+    pub table: TableName,
+    /// `--namespace`.
+    pub namespace: String,
+    /// `--batch-size`.
+    pub batch_size: usize,
+    /// `--workers`.
+    pub workers: usize,
+    /// `--poll-interval`.
+    pub poll_interval: Duration,
+    /// `--max-attempts`.
+    pub max_attempts: u32,
+    /// `--dedup-ttl` (zero: never expires).
+    pub dedup_ttl: Duration,
+    /// `--http-addr` (`None`: off).
+    pub http_addr: Option<SocketAddr>,
+    /// `--shutdown-timeout`.
+    pub shutdown_timeout: Duration,
+    /// `--push-timeout`.
+    pub push_timeout: Duration,
+    /// `--log-format`.
+    pub log_format: LogFormat,
+    /// `--sweep`.
+    pub sweep: bool,
+    /// `--older-than`.
+    pub older_than: Duration,
+    /// `--config`, if one was read.
+    pub config_file: Option<PathBuf>,
+}
+
+impl Config {
+    /// Resolves the configuration from `flags`, the environment (`env`) and the TOML file named
+    /// by `--config` / `JOBRELAY_CONFIG`, then validates it. Registers the URLs' passwords for
+    /// redaction.
+    pub fn resolve(
+        flags: &Flags,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let src = Sources::load(flags, env)?;
+
+        let database_url = src.secret_url("database_url", "--database-url", "DATABASE_URL")?;
+        let redis_url = src.secret_url("redis_url", "--redis-url", "REDIS_URL")?;
+        let database_url = match database_url {
+            Some((url, origin)) => {
+                check_database_url(&url, &origin)?;
+                url
+            }
+            None => DEFAULT_DATABASE_URL.to_owned(),
+        };
+        let redis_url = match redis_url {
+            Some((url, origin)) => {
+                check_redis_url(&url, &origin)?;
+                url
+            }
+            None => DEFAULT_REDIS_URL.to_owned(),
+        };
+
+        let table = src.parse("table", |s| TableName::parse(s))?.unwrap_or_default();
+        let namespace = src
+            .parse("namespace", |s| {
+                if s.len() > 128 {
+                    Err("at most 128 bytes".to_owned())
+                } else if let Some(c) = s.chars().find(|c| c.is_whitespace() || c.is_control()) {
+                    Err(format!("{s:?} contains {c:?}; whitespace and control characters are not allowed"))
+                } else {
+                    Ok(s.to_owned())
+                }
+            })?
+            .unwrap_or_default();
+        let batch_size = src
+            .parse("batch_size", |s| bounded_int(s, 1, 10_000))?
+            .unwrap_or(DEFAULT_BATCH_SIZE);
+        let workers = src
+            .parse("workers", |s| bounded_int(s, 1, 64))?
+            .unwrap_or(DEFAULT_WORKERS);
+        let poll_interval = src
+            .parse("poll_interval", |s| {
+                duration_at_least(s, Duration::from_millis(10))
+            })?
+            .unwrap_or(DEFAULT_POLL_INTERVAL);
+        let max_attempts = src
+            .parse("max_attempts", |s| bounded_int(s, 1, 1_000_000))?
+            .unwrap_or(DEFAULT_MAX_ATTEMPTS as usize) as u32;
+        let push_timeout = src
+            .parse("push_timeout", |s| {
+                duration_between(s, Duration::from_millis(100), Duration::from_secs(600))
+            })?
+            .unwrap_or(DEFAULT_PUSH_TIMEOUT);
+        let dedup_ttl = src
+            .parse("dedup_ttl", parse_duration)?
+            .unwrap_or(DEFAULT_DEDUP_TTL);
+        let http_addr = src
+            .parse("http_addr", |s| {
+                if s.eq_ignore_ascii_case("off") {
+                    Ok(None)
+                } else {
+                    SocketAddr::from_str(s)
+                        .map(Some)
+                        .map_err(|_| format!("{s:?} is not `off` or an address like 0.0.0.0:9898"))
+                }
+            })?
+            .unwrap_or_else(|| Some(DEFAULT_HTTP_ADDR.parse().expect("valid default")));
+        let shutdown_timeout = src
+            .parse("shutdown_timeout", parse_duration)?
+            .unwrap_or(DEFAULT_SHUTDOWN_TIMEOUT);
+        let log_format = src
+            .parse("log_format", |s| match s {
+                "text" => Ok(LogFormat::Text),
+                "json" => Ok(LogFormat::Json),
+                _ => Err(format!("{s:?} is not `text` or `json`")),
+            })?
+            .unwrap_or_else(LogFormat::detect);
+        let older_than = src
+            .parse("older_than", parse_duration)?
+            .unwrap_or(DEFAULT_OLDER_THAN);
+
+        let config = Config {
+            database_url: SecretUrl(database_url),
+            redis_url: SecretUrl(redis_url),
+            table,
+            namespace,
+            batch_size,
+            workers,
+            poll_interval,
+            max_attempts,
+            dedup_ttl,
+            http_addr,
+            shutdown_timeout,
+            push_timeout,
+            log_format,
+            sweep: flags.sweep,
+            older_than,
+            config_file: src.file_path().map(PathBuf::from),
+        };
+        // The dedup window must outlive any transaction a vanished relay can leave open, or a
+        // replayed row would become a second job (SPEC 5.2).
+        let min_ttl = config.idle_in_transaction_timeout() * 2;
+        if !config.dedup_ttl.is_zero() && config.dedup_ttl < min_ttl {
+            return Err(ConfigError {
+                culprit: src.origin_of("dedup_ttl").to_string(),
+                reason: format!(
+                    "{} is shorter than twice the idle-in-transaction timeout ({}, from --push-timeout): \
+                     a replayed row could become a second job; use at least {} or 0",
+                    humantime::format_duration(config.dedup_ttl),
+                    humantime::format_duration(config.idle_in_transaction_timeout()),
+                    humantime::format_duration(min_ttl),
+                ),
+            });
+        }
+        Ok(config)
+    }
+
+    /// `idle_in_transaction_session_timeout` of the relay's sessions: a relay holds a
+    /// transaction open while it pushes (at most `--push-timeout`), never much longer.
+    pub fn idle_in_transaction_timeout(&self) -> Duration {
+        self.push_timeout + STATEMENT_TIMEOUT
+    }
+
+    /// Postgres connection options: the URL plus the relay's session settings (statement and
+    /// idle-in-transaction timeouts, server-side TCP keepalives, application name).
+    pub fn pg_options(&self) -> Result<PgConnectOptions, ConfigError> {
+        let opts = PgConnectOptions::from_str(self.database_url.expose()).map_err(|_| {
+            ConfigError {
+                culprit: "--database-url".into(),
+                reason: format!("{} is not a valid Postgres URL", self.database_url),
+            }
+        })?;
+        Ok(session_settings(opts, self.idle_in_transaction_timeout()))
+    }
+
+    /// A Redis client for `--redis-url`.
+    pub fn redis_client(&self) -> Result<redis::Client, ConfigError> {
+        redis::Client::open(self.redis_url.expose()).map_err(|e| ConfigError {
+            culprit: "--redis-url".into(),
+            reason: format!("{}: {}", self.redis_url, redact::scrub(&e.to_string())),
+        })
+    }
+}
+
+/// Adds the relay's session settings to Postgres connection options.
+pub fn session_settings(opts: PgConnectOptions, idle_in_tx: Duration) -> PgConnectOptions {
+    let application_name = opts
+        .get_application_name()
+        .map(str::to_owned)
+        .unwrap_or_else(|| "jobrelay".to_owned());
+    opts.application_name(&application_name).options([
+        ("statement_timeout", format!("{}", STATEMENT_TIMEOUT.as_millis())),
+        (
+            "idle_in_transaction_session_timeout",
+            format!("{}", idle_in_tx.as_millis()),
+        ),
+        // The server notices a relay that vanished without closing its socket.
+        ("tcp_keepalives_idle", "10".to_owned()),
+        ("tcp_keepalives_interval", "5".to_owned()),
+        ("tcp_keepalives_count", "3".to_owned()),
+    ])
+}
+
+fn check_database_url(url: &str, origin: &Origin) -> Result<(), ConfigError> {
+    let bad = |reason: String| ConfigError {
+        culprit: origin.to_string(),
+        reason,
+    };
+    let scheme_ok = url.starts_with("postgres://") || url.starts_with("postgresql://");
+    if !scheme_ok {
+        return Err(bad(format!(
+            "{} is not a Postgres URL (postgres://user@host:5432/db)",
+            redact::redact_url(url)
+        )));
+    }
+    PgConnectOptions::from_str(url)
+        .map(|_| ())
+        .map_err(|e| bad(format!("{}: {}", redact::redact_url(url), redact::scrub(&e.to_string()))))
+}
+
+fn check_redis_url(url: &str, origin: &Origin) -> Result<(), ConfigError> {
+    redis::Client::open(url).map(|_| ()).map_err(|e| ConfigError {
+        culprit: origin.to_string(),
+        reason: format!(
+            "{} is not a Redis URL (redis://[user:password@]host:6379[/db] or rediss://): {}",
+            redact::redact_url(url),
+            redact::scrub(&e.to_string())
+        ),
+    })
+}
+
+/// Parses a humantime duration; a bare `0` is zero.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    if s.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{s:?} is not a duration like 500ms, 30s, 5m or 1h30m ({e})"))
+}
+
+fn duration_at_least(s: &str, min: Duration) -> Result<Duration, String> {
+    duration_between(s, min, Duration::MAX)
+}
+
+fn duration_between(s: &str, min: Duration, max: Duration) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < min {
+        return Err(format!("{s:?} is shorter than {}", humantime::format_duration(min)));
+    }
+    if d > max {
+        return Err(format!("{s:?} is longer than {}", humantime::format_duration(max)));
+    }
+    Ok(d)
+}
+
+fn bounded_int(s: &str, min: usize, max: usize) -> Result<usize, String> {
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a whole number"))?;
+    if n < min || n > max {
+        return Err(format!("{n} is out of range {min}..={max}"));
+    }
+    Ok(n)
+}

@@ -1,0 +1,189 @@
+//! The Redis enqueue algorithm (SPEC 5.1), as a library function.
+//!
+//! [`Enqueuer::enqueue_batch`] runs steps 3-8 for many jobs in one `EVALSHA` of
+//! `enqueue.lua` (loaded again whenever Redis answers `NOSCRIPT`, e.g. after a restart). The
+//! script is atomic: a crash never leaves half of a job's writes behind. Inside it, each job is
+//! checked (dedup marker, key types) before anything is written, so a job the script refuses
+//! leaves no trace and its retry is not mistaken for a duplicate.
+
+mod outcome;
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::Value;
+
+pub use self::outcome::Outcome;
+use crate::error::{Error, Result};
+use crate::job::{epoch_score, Job};
+
+/// Jobs per script call. Bounds how long one call blocks Redis (a few milliseconds).
+pub const MAX_JOBS_PER_CALL: usize = 1000;
+
+const SCRIPT: &str = include_str!("enqueue.lua");
+
+/// Runs the enqueue algorithm against one Redis, under one key namespace.
+///
+/// Cheap to clone; holds no connection. Pass any redis-rs async connection
+/// (`MultiplexedConnection`, `ConnectionManager`, ...) to its methods.
+#[derive(Clone, Debug)]
+pub struct Enqueuer {
+    namespace: String,
+    dedup_ttl_ms: u64,
+    script: redis::Script,
+}
+
+/// What one job in a batch came to: an [`Outcome`], or a per-job or permanent [`Error`].
+pub type JobResult = Result<Outcome>;
+
+impl Enqueuer {
+    /// An enqueuer writing keys under `namespace` (e.g. `"app1:"`, or `""` for none) whose
+    /// dedup markers expire after `dedup_ttl` (`Duration::ZERO`: never).
+    pub fn new(namespace: impl Into<String>, dedup_ttl: Duration) -> Self {
+        Enqueuer {
+            namespace: namespace.into(),
+            dedup_ttl_ms: dedup_ttl.as_millis().try_into().unwrap_or(u64::MAX),
+            script: redis::Script::new(SCRIPT),
+        }
+    }
+
+    /// The key namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Enqueues one job; see [`Enqueuer::enqueue_batch`].
+    pub async fn enqueue<C: ConnectionLike + Send>(&self, con: &mut C, job: &Job) -> Result<Outcome> {
+        let mut results = self.enqueue_batch(con, std::slice::from_ref(job)).await?;
+        results.pop().expect("one result per job")
+    }
+
+    /// Enqueues many jobs: one result per job, in the order given.
+    ///
+    /// The outer `Err` means the call as a whole failed (Redis unreachable, timeout, READONLY,
+    /// ...): some jobs may have been written, each completely, with its marker. Retrying the
+    /// same jobs is safe; those turn into [`Outcome::Duplicate`]. An inner `Err` concerns one
+    /// job: [`Error::InvalidJob`] (permanent, nothing sent) or [`Error::Refused`] (the script
+    /// refused it, nothing written).
+    pub async fn enqueue_batch<C: ConnectionLike + Send>(
+        &self,
+        con: &mut C,
+        jobs: &[Job],
+    ) -> Result<Vec<JobResult>> {
+        let mut results: Vec<Option<JobResult>> = Vec::with_capacity(jobs.len());
+        // Indexes (into `jobs`) of the jobs sent in the current call.
+        let mut sent: Vec<usize> = Vec::with_capacity(jobs.len().min(MAX_JOBS_PER_CALL));
+        let mut invocation = self.new_invocation();
+        let mut buf = Vec::new();
+        for (i, job) in jobs.iter().enumerate() {
+            match job.validate().and_then(|()| {
+                buf.clear();
+                job.marshal_into(&mut buf)
+            }) {
+                Err(e) => results.push(Some(Err(e))),
+                Ok(()) => {
+                    results.push(None);
+                    self.add_job(&mut invocation, job, &buf);
+                    sent.push(i);
+                    if sent.len() == MAX_JOBS_PER_CALL {
+                        self.call(con, &invocation, &sent, jobs, &mut results).await?;
+                        sent.clear();
+                        invocation = self.new_invocation();
+                    }
+                }
+            }
+        }
+        if !sent.is_empty() {
+            self.call(con, &invocation, &sent, jobs, &mut results).await?;
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.expect("every job has a result"))
+            .collect())
+    }
+
+    fn new_invocation(&self) -> redis::ScriptInvocation<'_> {
+        let mut inv = self.script.prepare_invoke();
+        inv.arg(&self.namespace).arg(self.dedup_ttl_ms);
+        inv
+    }
+
+    fn add_job(&self, inv: &mut redis::ScriptInvocation<'_>, job: &Job, marshalled: &[u8]) {
+        let mut uuid = uuid::Uuid::encode_buffer();
+        let mut parent = uuid::Uuid::encode_buffer();
+        let mut pred = uuid::Uuid::encode_buffer();
+        inv.arg(&*job.uuid.hyphenated().encode_lower(&mut uuid))
+            .arg(&job.queue)
+            .arg(uuid_arg(job.parent_uuid, &mut parent))
+            .arg(uuid_arg(job.predecessor_uuid, &mut pred))
+            .arg(if job.dead_parent { "1" } else { "0" })
+            .arg(job.run_at.map(epoch_score).unwrap_or_default())
+            .arg(marshalled);
+    }
+
+    async fn call<C: ConnectionLike + Send>(
+        &self,
+        con: &mut C,
+        inv: &redis::ScriptInvocation<'_>,
+        sent: &[usize],
+        jobs: &[Job],
+        results: &mut [Option<JobResult>],
+    ) -> Result<()> {
+        let reply: Vec<Value> = inv.invoke_async(con).await?;
+        if reply.len() != sent.len() {
+            return Err(Error::Redis(redis::RedisError::from((
+                redis::ErrorKind::TypeError,
+                "enqueue script answered the wrong number of results",
+                format!("{} results for {} jobs", reply.len(), sent.len()),
+            ))));
+        }
+        for (&i, value) in sent.iter().zip(reply) {
+            results[i] = Some(match value {
+                Value::Int(code) => Outcome::from_code(code).ok_or_else(|| {
+                    refused(&jobs[i], format!("unknown outcome code {code}"))
+                }),
+                Value::BulkString(msg) => {
+                    Err(refused(&jobs[i], String::from_utf8_lossy(&msg).into_owned()))
+                }
+                Value::SimpleString(msg) => Err(refused(&jobs[i], msg)),
+                other => Err(refused(&jobs[i], format!("unexpected reply {other:?}"))),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn uuid_arg(u: Option<uuid::Uuid>, buf: &mut [u8; 45]) -> &str {
+    match u {
+        Some(u) => u.hyphenated().encode_lower(buf),
+        None => "",
+    }
+}
+
+fn refused(job: &Job, message: String) -> Error {
+    Error::Refused {
+        uuid: job.uuid,
+        message,
+    }
+}
+
+/// Whether a Redis error says "try again later" (the whole call failed for reasons outside the
+/// jobs), as opposed to an error about what was sent.
+pub fn is_transient(e: &redis::RedisError) -> bool {
+    use redis::ErrorKind as K;
+    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
+    {
+        return true;
+    }
+    match e.kind() {
+        K::ReadOnly
+        | K::BusyLoadingError
+        | K::MasterDown
+        | K::TryAgain
+        | K::ClusterDown
+        | K::AuthenticationFailed
+        | K::NoScriptError
+        | K::IoError => true,
+        _ => matches!(e.code(), Some("OOM" | "BUSY" | "LOADING" | "READONLY" | "MASTERDOWN")),
+    }
+}

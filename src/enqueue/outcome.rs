@@ -1,0 +1,55 @@
+//! What happened to a job that Redis accepted.
+
+/// The outcome of enqueueing one job (SPEC 5.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Pushed onto `queue:<queue>`.
+    Queued,
+    /// Added to the `scheduled` sorted set (its `run_at` is in the future by Redis's clock).
+    Scheduled,
+    /// Held in `jobs:<parent>:children` until its live parent releases it.
+    Children,
+    /// Held in `jobs:<predecessor>:onComplete` until its predecessor completes.
+    OnComplete,
+    /// Its dedup marker `jobs:<uuid>` already existed: nothing was written.
+    Duplicate,
+}
+
+impl Outcome {
+    /// Every outcome, in the order of the script's codes.
+    pub const ALL: [Outcome; 5] = [
+        Outcome::Queued,
+        Outcome::Scheduled,
+        Outcome::Children,
+        Outcome::OnComplete,
+        Outcome::Duplicate,
+    ];
+
+    /// The label used in metrics and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Queued => "queued",
+            Outcome::Scheduled => "scheduled",
+            Outcome::Children => "children",
+            Outcome::OnComplete => "on_complete",
+            Outcome::Duplicate => "duplicate",
+        }
+    }
+
+    pub(crate) fn from_code(code: i64) -> Option<Outcome> {
+        usize::try_from(code)
+            .ok()
+            .and_then(|c| c.checked_sub(1))
+            .and_then(|i| Outcome::ALL.get(i).copied())
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,184 @@
+//! A job: what a `pending_jobs` row holds and what the enqueue algorithm writes to Redis.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use prost::Message;
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::proto::v1;
+
+/// Longest queue name accepted (SPEC 2).
+pub const MAX_QUEUE_LEN: usize = 128;
+/// Longest job type accepted (SPEC 2).
+pub const MAX_JOB_TYPE_LEN: usize = 256;
+
+/// One job, as validated data.
+///
+/// Build one with [`crate::producer::JobBuilder`] (which validates as it goes), or fill the
+/// fields and call [`Job::validate`]. The enqueue functions validate again before writing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    /// The job's identity, and the key of its dedup marker `jobs:<uuid>`.
+    pub uuid: Uuid,
+    /// Target queue: 1..=128 characters of `[A-Za-z0-9_.:-]`.
+    pub queue: String,
+    /// Handler name the consumer dispatches on: 1..=256 characters.
+    pub job_type: String,
+    /// The job's arguments, opaque to jobrelay.
+    pub payload: Vec<u8>,
+    /// Parent job, if any.
+    pub parent_uuid: Option<Uuid>,
+    /// Job that must complete before this one, if any.
+    pub predecessor_uuid: Option<Uuid>,
+    /// The algorithm's `deadParent` input: the parent has already finished.
+    pub dead_parent: bool,
+    /// Run no earlier than this.
+    pub run_at: Option<DateTime<Utc>>,
+    /// When the job was created (the row's `created_at`).
+    pub created_at: DateTime<Utc>,
+    /// String-to-string metadata, e.g. `traceparent`.
+    pub headers: BTreeMap<String, String>,
+}
+
+/// Checks a queue name against SPEC 2: 1..=128 characters of `[A-Za-z0-9_.:-]`.
+pub fn validate_queue(queue: &str) -> Result<()> {
+    if queue.is_empty() {
+        return Err(Error::invalid("queue", "must not be empty"));
+    }
+    if queue.len() > MAX_QUEUE_LEN {
+        return Err(Error::invalid(
+            "queue",
+            format!("{} characters, at most {MAX_QUEUE_LEN} allowed", queue.len()),
+        ));
+    }
+    if let Some(c) = queue
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-')))
+    {
+        return Err(Error::invalid(
+            "queue",
+            format!("{queue:?} contains {c:?}; allowed are A-Z a-z 0-9 _ . : -"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a job type against SPEC 2: 1..=256 characters.
+pub fn validate_job_type(job_type: &str) -> Result<()> {
+    if job_type.is_empty() {
+        return Err(Error::invalid("job_type", "must not be empty"));
+    }
+    let n = job_type.chars().count();
+    if n > MAX_JOB_TYPE_LEN {
+        return Err(Error::invalid(
+            "job_type",
+            format!("{n} characters, at most {MAX_JOB_TYPE_LEN} allowed"),
+        ));
+    }
+    Ok(())
+}
+
+impl Job {
+    /// Validates the fields SPEC 5.1 step 1 names. A failure is permanent.
+    pub fn validate(&self) -> Result<()> {
+        validate_queue(&self.queue)?;
+        validate_job_type(&self.job_type)?;
+        if self.uuid.is_nil() {
+            return Err(Error::invalid("uuid", "must not be the nil uuid"));
+        }
+        Ok(())
+    }
+
+    /// The protobuf message of this job.
+    pub fn to_proto(&self) -> v1::Job {
+        v1::Job {
+            uuid: self.uuid.hyphenated().to_string(),
+            queue: self.queue.clone(),
+            job_type: self.job_type.clone(),
+            payload: self.payload.clone(),
+            parent_uuid: self
+                .parent_uuid
+                .map(|u| u.hyphenated().to_string())
+                .unwrap_or_default(),
+            predecessor_uuid: self
+                .predecessor_uuid
+                .map(|u| u.hyphenated().to_string())
+                .unwrap_or_default(),
+            run_at: self.run_at.map(timestamp),
+            created_at: Some(timestamp(self.created_at)),
+            headers: self.headers.clone(),
+        }
+    }
+
+    /// Marshals the job to protobuf wire format (SPEC 3), appending to `buf`.
+    pub fn marshal_into(&self, buf: &mut Vec<u8>) -> Result<()> {
+        self.to_proto()
+            .encode(buf)
+            .map_err(|source| Error::Marshal {
+                uuid: self.uuid,
+                source,
+            })
+    }
+
+    /// Marshals the job to protobuf wire format (SPEC 3).
+    pub fn marshal(&self) -> Result<Vec<u8>> {
+        let mut buf = Vec::with_capacity(96 + self.payload.len());
+        self.marshal_into(&mut buf)?;
+        Ok(buf)
+    }
+}
+
+/// A `google.protobuf.Timestamp` for a UTC instant.
+pub fn timestamp(t: DateTime<Utc>) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: t.timestamp(),
+        nanos: t.timestamp_subsec_nanos() as i32,
+    }
+}
+
+/// The `scheduled` score of an instant: epoch seconds with the fraction kept, written as a
+/// decimal string so that no precision is lost on the way to Redis.
+pub fn epoch_score(t: DateTime<Utc>) -> String {
+    let secs = t.timestamp();
+    let micros = t.timestamp_subsec_micros();
+    if secs >= 0 {
+        format!("{secs}.{micros:06}")
+    } else {
+        // Before 1970: the fraction counts towards zero; let floating point say it plainly.
+        format!("{}", secs as f64 + f64::from(micros) / 1e6)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_names() {
+        assert!(validate_queue("default").is_ok());
+        assert!(validate_queue("a.b:c-d_e9").is_ok());
+        assert!(validate_queue(&"q".repeat(128)).is_ok());
+        assert!(validate_queue(&"q".repeat(129)).is_err());
+        assert!(validate_queue("").is_err());
+        let e = validate_queue("has space").unwrap_err().to_string();
+        assert!(e.contains("queue") && e.contains("' '"), "{e}");
+    }
+
+    #[test]
+    fn job_types() {
+        assert!(validate_job_type("ProcessThing").is_ok());
+        assert!(validate_job_type(&"é".repeat(256)).is_ok());
+        assert!(validate_job_type(&"é".repeat(257)).is_err());
+        assert!(validate_job_type("").is_err());
+    }
+
+    #[test]
+    fn scores_keep_the_fraction() {
+        let t = DateTime::from_timestamp(1_700_000_000, 123_456_000).unwrap();
+        assert_eq!(epoch_score(t), "1700000000.123456");
+        let t = DateTime::from_timestamp(5, 0).unwrap();
+        assert_eq!(epoch_score(t), "5.000000");
+    }
+}

@@ -1,0 +1,39 @@
+//! # jobrelay
+//!
+//! A transactional-outbox relay for the pending-job pattern. An application writes a
+//! `pending_jobs` row in the same Postgres transaction as its own data; the relay claims
+//! committed rows with `SELECT ... FOR UPDATE SKIP LOCKED`, runs the Redis enqueue algorithm,
+//! and deletes the rows only after Redis acknowledged the write. At-least-once delivery, with a
+//! Redis-side dedup marker (`jobs:<uuid>`) so that a replayed row does not become a second job.
+//!
+//! # Layout
+//!
+//! - [`job`]: the job and its validation; [`proto`]: its protobuf wire format.
+//! - [`enqueue`]: the enqueue algorithm (SPEC 5.1) and its Lua script.
+//! - [`relay`]: the claim loop, the sweep, the sink seam to Redis, health.
+//! - [`producer`]: the pending-job API for applications (build jobs, write their rows in the
+//!   caller's transaction, fast-path push after commit).
+//! - [`config`]: flags, environment, TOML, validation; [`table`]: outbox table names.
+//! - [`db`]: migrations and pools; [`admin`]: `status` and `dead-letter`.
+//! - [`telemetry`]: metrics, logs, redaction; [`http`]: `/metrics`, `/healthz`, `/readyz`.
+//! - [`app`]: the binary (`main.rs` only calls [`app::main`]).
+
+pub mod admin;
+pub mod app;
+pub mod backoff;
+pub mod config;
+pub mod db;
+pub mod enqueue;
+pub mod error;
+pub mod http;
+pub mod job;
+pub mod producer;
+pub mod proto;
+pub mod relay;
+pub mod table;
+pub mod telemetry;
+
+pub use crate::enqueue::{Enqueuer, Outcome};
+pub use crate::error::{Error, ErrorClass, Result};
+pub use crate::job::Job;
+pub use crate::table::TableName;

@@ -1,0 +1,1 @@
+//! The producer side (issue 4): placeholder until written.

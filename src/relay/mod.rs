@@ -1,0 +1,79 @@
+//! The relay: claim committed rows, run the enqueue algorithm, delete what Redis acknowledged.
+//!
+//! - [`batch`]: one step (claim, push, delete or hand back, commit): [`Batcher::run_once`].
+//! - [`worker`]: the daemon's loop over that step, woken by [`wakeup`] or the poll interval.
+//! - [`sweep`]: the one-shot recovery sweep over the same step.
+//! - [`sink`]: the seam to Redis ([`JobSink`], [`RedisSink`]).
+//! - [`health`], [`probe`]: dependency state for logs, probes and `jobrelay_up`.
+
+pub mod batch;
+pub mod health;
+pub mod probe;
+pub mod queries;
+pub mod report;
+mod row;
+pub mod sink;
+pub mod sweep;
+pub mod wakeup;
+pub mod worker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use self::batch::{BatchSettings, Batcher};
+pub use self::health::{Dependency, Health};
+pub use self::queries::Queries;
+pub use self::report::Report;
+pub use self::sink::{JobSink, RedisSink};
+pub use self::sweep::sweep;
+use crate::table::TableName;
+
+/// What the daemon's workers share.
+#[derive(Debug, Clone)]
+pub struct RelaySettings {
+    /// The outbox table.
+    pub table: TableName,
+    /// Claiming and failure handling.
+    pub batch: BatchSettings,
+    /// How long an idle worker waits when no notification comes.
+    pub poll_interval: Duration,
+}
+
+/// Starts the notification listener and one worker per sink on `tracker`, until `shutdown`.
+///
+/// Each worker finishes the batch in hand after `shutdown` fires, then stops. Wait for them
+/// with `tracker.close(); tracker.wait()`.
+pub fn spawn<S: JobSink + 'static>(
+    tracker: &TaskTracker,
+    settings: &RelaySettings,
+    pool: PgPool,
+    sinks: Vec<S>,
+    health: Arc<Health>,
+    shutdown: CancellationToken,
+) {
+    let (wake_tx, wake_rx) = watch::channel(0u64);
+    tracker.spawn(wakeup::listen(
+        pool.clone(),
+        settings.table.channel(),
+        wake_tx,
+        shutdown.clone(),
+    ));
+    let queries = Arc::new(Queries::new(&settings.table));
+    let batch = Arc::new(settings.batch.clone());
+    for sink in sinks {
+        let batcher = Batcher::new(pool.clone(), queries.clone(), batch.clone(), sink);
+        tracker.spawn(worker::work(
+            batcher,
+            settings.batch.batch_size,
+            settings.poll_interval,
+            wake_rx.clone(),
+            health.clone(),
+            shutdown.clone(),
+        ));
+    }
+}

@@ -1,0 +1,83 @@
+//! The daemon's probe task: keeps readiness and the backlog gauges current while workers idle.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionManager;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use super::health::{Dependency, Health};
+use crate::table::TableName;
+use crate::telemetry::metrics;
+
+/// How often dependencies are pinged (readiness follows within about this much).
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+/// How often the backlog gauges are sampled.
+pub const BACKLOG_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Pings Postgres (and checks the outbox table exists) and Redis every [`PROBE_INTERVAL`],
+/// samples the backlog every [`BACKLOG_INTERVAL`], until `shutdown`.
+pub async fn probe(
+    pool: PgPool,
+    redis: ConnectionManager,
+    table: TableName,
+    health: Arc<Health>,
+    shutdown: CancellationToken,
+) {
+    let schema_sql = format!("SELECT 1 FROM {} LIMIT 0", table.pending());
+    let backlog_sql = format!(
+        "SELECT (SELECT count(*) FROM {t}),
+                (SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at))::float8, 0) FROM {t}),
+                (SELECT count(*) FROM {d})",
+        t = table.pending(),
+        d = table.dead()
+    );
+    let mut last_backlog: Option<Instant> = None;
+    let mut ticker = tokio::time::interval(PROBE_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        let pg = tokio::time::timeout(PROBE_INTERVAL, sqlx::query(&schema_sql).execute(&pool)).await;
+        match pg {
+            Ok(Ok(_)) => {
+                health.ok(Dependency::Postgres);
+                health.set_schema(true);
+            }
+            Ok(Err(sqlx::Error::Database(e))) if e.code().as_deref() == Some("42P01") => {
+                health.ok(Dependency::Postgres);
+                health.set_schema(false);
+                tracing::debug!(table = %table, "outbox table missing: run `jobrelay migrate`");
+            }
+            Ok(Err(e)) => health.failed(Dependency::Postgres, &e),
+            Err(_) => health.failed(Dependency::Postgres, &"ping timed out"),
+        }
+        let mut con = redis.clone();
+        let ping = tokio::time::timeout(
+            PROBE_INTERVAL,
+            redis::cmd("PING").query_async::<String>(&mut con),
+        )
+        .await;
+        match ping {
+            Ok(Ok(_)) => health.ok(Dependency::Redis),
+            Ok(Err(e)) => health.failed(Dependency::Redis, &e),
+            Err(_) => health.failed(Dependency::Redis, &"ping timed out"),
+        }
+        if health.is_up(Dependency::Postgres)
+            && last_backlog.is_none_or(|t| t.elapsed() >= BACKLOG_INTERVAL)
+        {
+            last_backlog = Some(Instant::now());
+            let sample = tokio::time::timeout(
+                BACKLOG_INTERVAL,
+                sqlx::query_as::<_, (i64, f64, i64)>(&backlog_sql).fetch_one(&pool),
+            )
+            .await;
+            if let Ok(Ok((pending, oldest, dead))) = sample {
+                metrics::backlog(pending, oldest, dead);
+            }
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! What a batch, or a sweep, did.
+
+use std::fmt;
+
+use crate::enqueue::Outcome;
+
+/// Counts of one or more batches.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Rows claimed.
+    pub claimed: u64,
+    /// Jobs per outcome, indexed like [`Outcome::ALL`].
+    pub outcomes: [u64; 5],
+    /// Jobs the script refused (per-job failures); their rows were kept for a retry or
+    /// dead-lettered at `--max-attempts`.
+    pub refused: u64,
+    /// Rows that can never become a valid job (permanent failures).
+    pub invalid: u64,
+    /// Rows moved to the dead-letter table.
+    pub dead_lettered: u64,
+}
+
+impl Report {
+    /// Jobs with this outcome.
+    pub fn outcome(&self, o: Outcome) -> u64 {
+        self.outcomes[o.index()]
+    }
+
+    /// Rows whose job reached Redis or was already there (their rows were deleted).
+    pub fn delivered(&self) -> u64 {
+        self.outcomes.iter().sum()
+    }
+
+    /// Rows not delivered by this run: refused or invalid.
+    pub fn failed(&self) -> u64 {
+        self.refused + self.invalid
+    }
+
+    /// Adds another report's counts to this one.
+    pub fn add(&mut self, other: &Report) {
+        self.claimed += other.claimed;
+        for (a, b) in self.outcomes.iter_mut().zip(other.outcomes) {
+            *a += b;
+        }
+        self.refused += other.refused;
+        self.invalid += other.invalid;
+        self.dead_lettered += other.dead_lettered;
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "claimed={}", self.claimed)?;
+        for o in Outcome::ALL {
+            let name = if o == Outcome::Duplicate { "duplicates" } else { o.as_str() };
+            write!(f, " {name}={}", self.outcome(o))?;
+        }
+        write!(
+            f,
+            " failed={} dead_lettered={}",
+            self.failed(),
+            self.dead_lettered
+        )
+    }
+}

@@ -1,0 +1,94 @@
+//! A claimed row, and the conversion of a row into a job.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::job::Job;
+
+/// A row as the claim query returns it (`headers` as JSON text).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct PendingRow {
+    pub id: i64,
+    pub uuid: Uuid,
+    pub queue: String,
+    pub job_type: String,
+    pub payload: Vec<u8>,
+    pub parent_uuid: Option<Uuid>,
+    pub predecessor_uuid: Option<Uuid>,
+    pub dead_parent: bool,
+    pub run_at: Option<DateTime<Utc>>,
+    pub headers: String,
+    pub created_at: DateTime<Utc>,
+    pub attempts: i32,
+}
+
+/// What the relay needs of a row besides its job.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RowMeta {
+    pub id: i64,
+    pub attempts: i32,
+}
+
+impl PendingRow {
+    /// The row's job, or why it can never be one (permanent). On failure the row comes back.
+    pub fn into_job(self) -> std::result::Result<(RowMeta, Job), (PendingRow, Error)> {
+        let headers = match parse_headers(&self.headers) {
+            Ok(h) => h,
+            Err(e) => return Err((self, e)),
+        };
+        let meta = RowMeta {
+            id: self.id,
+            attempts: self.attempts,
+        };
+        let job = Job {
+            uuid: self.uuid,
+            queue: self.queue,
+            job_type: self.job_type,
+            payload: self.payload,
+            parent_uuid: self.parent_uuid,
+            predecessor_uuid: self.predecessor_uuid,
+            dead_parent: self.dead_parent,
+            run_at: self.run_at,
+            created_at: self.created_at,
+            headers,
+        };
+        match job.validate() {
+            Ok(()) => Ok((meta, job)),
+            Err(e) => Err((PendingRow::from_job(meta, &job), e)),
+        }
+    }
+
+    /// The row of a job (for handing it back to the table).
+    pub fn from_job(meta: RowMeta, job: &Job) -> PendingRow {
+        PendingRow {
+            id: meta.id,
+            uuid: job.uuid,
+            queue: job.queue.clone(),
+            job_type: job.job_type.clone(),
+            payload: job.payload.clone(),
+            parent_uuid: job.parent_uuid,
+            predecessor_uuid: job.predecessor_uuid,
+            dead_parent: job.dead_parent,
+            run_at: job.run_at,
+            headers: serde_json::to_string(&job.headers).expect("string map serialises"),
+            created_at: job.created_at,
+            attempts: meta.attempts,
+        }
+    }
+}
+
+/// Parses `headers`: a JSON object whose values are all strings.
+pub(crate) fn parse_headers(text: &str) -> Result<BTreeMap<String, String>> {
+    if text == "{}" {
+        return Ok(BTreeMap::new());
+    }
+    serde_json::from_str(text).map_err(|e| {
+        Error::invalid(
+            "headers",
+            format!("must be a JSON object of strings ({e})"),
+        )
+    })
+}

@@ -1,0 +1,60 @@
+//! The relay loop of one worker (SPEC 5.2).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::batch::Batcher;
+use super::health::{Dependency, Health};
+use super::sink::JobSink;
+use crate::backoff::Backoff;
+
+/// Repeats batches until `shutdown`: a full batch loops at once; otherwise the worker waits for
+/// a wake-up or `poll_interval`. A transient failure backs off (100 ms doubling to 30 s, with
+/// jitter). The batch in hand when `shutdown` fires is finished, not abandoned.
+pub async fn work<S: JobSink>(
+    batcher: Batcher<S>,
+    batch_size: usize,
+    poll_interval: Duration,
+    mut wake: watch::Receiver<u64>,
+    health: Arc<Health>,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Backoff::transient();
+    while !shutdown.is_cancelled() {
+        health.beat();
+        wake.borrow_and_update();
+        let idle_wait = match batcher.run_once(None).await {
+            Ok(report) => {
+                backoff.reset();
+                health.ok(Dependency::Postgres);
+                if report.delivered() > 0 {
+                    health.ok(Dependency::Redis);
+                }
+                if report.claimed as usize >= batch_size {
+                    continue;
+                }
+                poll_interval
+            }
+            Err(e) => {
+                health.failed_with(&e);
+                backoff.next_delay()
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(idle_wait) => {}
+            changed = wake.changed(), if backoff.failures() == 0 => {
+                if changed.is_err() {
+                    // No listener any more: fall back to polling.
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = tokio::time::sleep(idle_wait) => {}
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! Metric names (part of the contract, SPEC 7) and the one place each is recorded.
+//!
+//! The `metrics` facade is a no-op until a recorder is installed, so library users who do not
+//! run the relay's HTTP listener pay next to nothing.
+
+use std::time::Duration;
+
+use crate::enqueue::Outcome;
+use crate::error::ErrorClass;
+
+/// Counter, label `outcome`: jobs Redis accepted (or recognised as duplicates).
+pub const JOBS_RELAYED: &str = "jobrelay_jobs_relayed_total";
+/// Counter, label `kind` (`transient`, `per_job`, `permanent`): failed job pushes.
+pub const JOB_FAILURES: &str = "jobrelay_job_failures_total";
+/// Counter: rows moved to the dead-letter table.
+pub const JOBS_DEAD_LETTERED: &str = "jobrelay_jobs_dead_lettered_total";
+/// Histogram: one claim-push-delete-commit cycle.
+pub const BATCH_DURATION: &str = "jobrelay_batch_duration_seconds";
+/// Histogram: from a row's `created_at` to its delete.
+pub const RELAY_LAG: &str = "jobrelay_relay_lag_seconds";
+/// Gauge: rows in the outbox table.
+pub const PENDING_JOBS: &str = "jobrelay_pending_jobs";
+/// Gauge: age of the oldest row in the outbox table (0 when empty).
+pub const OLDEST_PENDING_AGE: &str = "jobrelay_oldest_pending_age_seconds";
+/// Gauge, label `dependency` (`postgres`, `redis`): 1 when reachable.
+pub const UP: &str = "jobrelay_up";
+/// Gauge: rows in the dead-letter table.
+pub const DEAD_JOBS: &str = "jobrelay_dead_jobs";
+
+/// Registers help texts. Call once after installing a recorder.
+pub fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(JOBS_RELAYED, "Jobs written to Redis (or found already there), by outcome");
+    describe_counter!(JOB_FAILURES, "Failed job pushes, by kind: transient, per_job, permanent");
+    describe_counter!(JOBS_DEAD_LETTERED, "Rows moved to the dead-letter table");
+    describe_histogram!(BATCH_DURATION, Unit::Seconds, "Duration of one claim-push-delete-commit batch");
+    describe_histogram!(RELAY_LAG, Unit::Seconds, "Time from a row's created_at to its delete");
+    describe_gauge!(PENDING_JOBS, "Rows waiting in the outbox table");
+    describe_gauge!(OLDEST_PENDING_AGE, Unit::Seconds, "Age of the oldest row in the outbox table");
+    describe_gauge!(UP, "1 when the dependency is reachable, else 0");
+    describe_gauge!(DEAD_JOBS, "Rows in the dead-letter table");
+    // Make every series visible from the first scrape, at zero.
+    for o in Outcome::ALL {
+        metrics::counter!(JOBS_RELAYED, "outcome" => o.as_str()).increment(0);
+    }
+    for k in [ErrorClass::Transient, ErrorClass::PerJob, ErrorClass::Permanent] {
+        metrics::counter!(JOB_FAILURES, "kind" => k.as_str()).increment(0);
+    }
+    metrics::counter!(JOBS_DEAD_LETTERED).increment(0);
+}
+
+/// Counts jobs relayed with one outcome.
+pub fn relayed(outcome: Outcome, n: u64) {
+    if n > 0 {
+        metrics::counter!(JOBS_RELAYED, "outcome" => outcome.as_str()).increment(n);
+    }
+}
+
+/// Counts failed pushes of one kind.
+pub fn failures(kind: ErrorClass, n: u64) {
+    if n > 0 {
+        metrics::counter!(JOB_FAILURES, "kind" => kind.as_str()).increment(n);
+    }
+}
+
+/// Counts rows moved to the dead-letter table.
+pub fn dead_lettered(n: u64) {
+    if n > 0 {
+        metrics::counter!(JOBS_DEAD_LETTERED).increment(n);
+    }
+}
+
+/// Records one batch's duration.
+pub fn batch_duration(d: Duration) {
+    metrics::histogram!(BATCH_DURATION).record(d.as_secs_f64());
+}
+
+/// Records one job's relay lag, in seconds.
+pub fn relay_lag(seconds: f64) {
+    metrics::histogram!(RELAY_LAG).record(seconds.max(0.0));
+}
+
+/// Sets the backlog gauges.
+pub fn backlog(pending: i64, oldest_age_seconds: f64, dead: i64) {
+    metrics::gauge!(PENDING_JOBS).set(pending as f64);
+    metrics::gauge!(OLDEST_PENDING_AGE).set(oldest_age_seconds);
+    metrics::gauge!(DEAD_JOBS).set(dead as f64);
+}
+
+/// Sets `jobrelay_up{dependency}`.
+pub fn up(dependency: &'static str, up: bool) {
+    metrics::gauge!(UP, "dependency" => dependency).set(if up { 1.0 } else { 0.0 });
+}
