@@ -1,0 +1,289 @@
+//! Shared test support: a random Redis namespace per test, protobuf decoding, row insertion,
+//! the relay as an in-process task or as a child process, and deadline-bounded waiting.
+//!
+//! Every test gets a fresh database from `#[sqlx::test]` (with our migrations) and a random
+//! Redis namespace that is deleted (by SCAN + DEL of its own keys, never FLUSH) when dropped.
+#![allow(dead_code)]
+
+pub mod child;
+pub mod redis_server;
+
+use std::future::Future;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use jobrelay::proto::v1;
+use prost::Message;
+use redis::aio::MultiplexedConnection;
+use sqlx::PgPool;
+
+/// The shared Redis (REDIS_URL or the local default).
+pub fn redis_url() -> String {
+    std::env::var("REDIS_URL")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".into())
+}
+
+/// A random key namespace on a Redis; its keys are deleted on drop.
+pub struct Namespace {
+    pub prefix: String,
+    pub url: String,
+}
+
+impl Namespace {
+    /// A fresh namespace on the shared Redis.
+    pub fn new() -> Self {
+        Namespace::on(&redis_url())
+    }
+
+    /// A fresh namespace on the Redis at `url`.
+    pub fn on(url: &str) -> Self {
+        Namespace {
+            prefix: format!("t{}:", uuid::Uuid::new_v4().simple()),
+            url: url.to_owned(),
+        }
+    }
+
+    /// `prefix + key`.
+    pub fn key(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    /// A new multiplexed connection.
+    pub async fn con(&self) -> MultiplexedConnection {
+        redis::Client::open(self.url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis reachable")
+    }
+
+    /// A connection manager (what the relay's sink uses).
+    pub async fn manager(&self) -> redis::aio::ConnectionManager {
+        redis::aio::ConnectionManager::new(redis::Client::open(self.url.as_str()).unwrap())
+            .await
+            .expect("redis reachable")
+    }
+
+    /// Every key of this namespace, without the prefix, sorted.
+    pub async fn keys(&self) -> Vec<String> {
+        let mut con = self.con().await;
+        let mut keys: Vec<String> = scan(&mut con, &format!("{}*", self.prefix)).await;
+        for k in &mut keys {
+            *k = k[self.prefix.len()..].to_owned();
+        }
+        keys.sort();
+        keys
+    }
+
+    /// The jobs in a list key, decoded, oldest push first (the order BRPOP pops them).
+    pub async fn list_jobs(&self, key: &str) -> Vec<v1::Job> {
+        let mut con = self.con().await;
+        let raw: Vec<Vec<u8>> = redis::cmd("LRANGE")
+            .arg(self.key(key))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        raw.iter().rev().map(|b| decode(b)).collect()
+    }
+
+    /// Members and scores of the `scheduled` sorted set, decoded.
+    pub async fn scheduled(&self) -> Vec<(v1::Job, f64)> {
+        let mut con = self.con().await;
+        let raw: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
+            .arg(self.key("scheduled"))
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        raw.iter().map(|(b, s)| (decode(b), *s)).collect()
+    }
+
+    /// Number of dedup markers `jobs:<uuid>` in this namespace.
+    pub async fn marker_count(&self) -> usize {
+        self.keys()
+            .await
+            .iter()
+            .filter(|k| k.starts_with("jobs:") && k.matches(':').count() == 1)
+            .count()
+    }
+
+    /// Length of a list key.
+    pub async fn llen(&self, key: &str) -> usize {
+        let mut con = self.con().await;
+        redis::cmd("LLEN")
+            .arg(self.key(key))
+            .query_async(&mut con)
+            .await
+            .unwrap()
+    }
+
+    /// Deletes every key of this namespace.
+    pub async fn clear(&self) {
+        if let Ok(client) = redis::Client::open(self.url.as_str()) {
+            if let Ok(mut con) = client.get_multiplexed_async_connection().await {
+                let keys = scan(&mut con, &format!("{}*", self.prefix)).await;
+                for chunk in keys.chunks(1000) {
+                    let _: Result<(), _> = redis::cmd("DEL").arg(chunk).query_async(&mut con).await;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        // Best effort, on a thread of its own (drop may run inside a runtime).
+        let url = self.url.clone();
+        let prefix = self.prefix.clone();
+        let _ = std::thread::spawn(move || {
+            if let Ok(client) = redis::Client::open(url.as_str()) {
+                if let Ok(mut con) = client.get_connection() {
+                    let mut cursor: u64 = 0;
+                    loop {
+                        let Ok((next, keys)): Result<(u64, Vec<String>), _> = redis::cmd("SCAN")
+                            .arg(cursor)
+                            .arg("MATCH")
+                            .arg(format!("{prefix}*"))
+                            .arg("COUNT")
+                            .arg(1000)
+                            .query(&mut con)
+                        else {
+                            break;
+                        };
+                        if !keys.is_empty() {
+                            let _: Result<(), _> = redis::cmd("DEL").arg(&keys).query(&mut con);
+                        }
+                        if next == 0 {
+                            break;
+                        }
+                        cursor = next;
+                    }
+                }
+            }
+        })
+        .join();
+    }
+}
+
+async fn scan(con: &mut MultiplexedConnection, pattern: &str) -> Vec<String> {
+    let mut cursor: u64 = 0;
+    let mut out = Vec::new();
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(con)
+            .await
+            .unwrap();
+        out.extend(keys);
+        if next == 0 {
+            return out;
+        }
+        cursor = next;
+    }
+}
+
+/// Decodes a marshalled job.
+pub fn decode(bytes: &[u8]) -> v1::Job {
+    v1::Job::decode(bytes).expect("a jobrelay.v1.Job")
+}
+
+/// Inserts `n` plain rows into `queue` with one statement; payload `job-<i>`.
+pub async fn insert_rows(pool: &PgPool, n: i64, queue: &str) {
+    sqlx::query(
+        "INSERT INTO pending_jobs (queue, job_type, payload)
+         SELECT $1, 'Bulk', convert_to('job-' || i, 'UTF8') FROM generate_series(1, $2) AS i",
+    )
+    .bind(queue)
+    .bind(n)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// Rows left in `pending_jobs`.
+pub async fn pending_count(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM pending_jobs")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// A URL for the database `pool` is connected to (for child processes).
+pub async fn database_url_of(pool: &PgPool) -> String {
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL is set for sqlx::test");
+    let mut url = url::Url::parse(&base).expect("DATABASE_URL parses");
+    url.set_path(&format!("/{db}"));
+    url.to_string()
+}
+
+/// Polls `cond` until it holds or `deadline` passes; panics with `what` on timeout.
+pub async fn wait_until<F, Fut>(what: &str, deadline: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if cond().await {
+            return;
+        }
+        if start.elapsed() > deadline {
+            panic!("timed out after {deadline:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The relay binary built for these tests.
+pub fn relay_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_jobrelay")
+}
+
+/// Runs the relay binary to completion with `args` and `env` (plus a clean environment of
+/// jobrelay variables), returning (exit code, stdout, stderr).
+pub async fn run_relay(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = tokio::process::Command::new(relay_bin());
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env_remove("DATABASE_URL")
+        .env_remove("REDIS_URL")
+        .env("JOBRELAY_HTTP_ADDR", "off")
+        .env("JOBRELAY_LOG_FORMAT", "json");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .expect("relay finished within 120 s")
+        .expect("relay binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
