@@ -1,1 +1,72 @@
-//! The producer side (issue 4): placeholder until written.
+//! The producer side: the pending-job pattern for applications (SPEC 8).
+//!
+//! An application that must start a job when its data changes writes the job as a pending row
+//! in the same Postgres transaction as the data. Either both commit or neither does; once
+//! committed, the job reaches Redis at least once: through the relay, or at once through the
+//! optional fast path, with the relay as the safety net.
+//!
+//! - [`JobBuilder`]: a job's fields and defaults; invalid input is refused when it is built,
+//!   with [`crate::Error::InvalidJob`] naming the field.
+//! - [`Producer`]: the settings shared with the relay (table, namespace, dedup TTL).
+//! - [`PendingJobs`]: the jobs of one transaction (the pattern's `JobScheduler`):
+//!   [`add`](PendingJobs::add) / [`add_all`](PendingJobs::add_all),
+//!   [`create_pending`](PendingJobs::create_pending) inside the transaction (one `INSERT` for
+//!   any number of jobs), then after commit [`push_and_delete`](PendingJobs::push_and_delete),
+//!   or [`push`](PendingJobs::push) and [`delete_pending`](PendingJobs::delete_pending).
+//!
+//! # Guarantees
+//!
+//! - The rows are invisible to the relay until the caller's transaction commits, and are
+//!   rolled back with it: no row, no job.
+//! - A committed job is delivered at least once, and the Redis dedup marker `jobs:<uuid>`
+//!   absorbs the second push of a job (fast path and relay racing, a crash between push and
+//!   delete) while it lives (`--dedup-ttl`, 15 minutes by default): in practice, once.
+//! - A fast path that fails leaves the rows in the table, and the relay delivers them; a job
+//!   Redis refuses keeps its row, and the relay retries it and finally dead-letters it.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use jobrelay::producer::{JobBuilder, Producer};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = sqlx::PgPool::connect("postgres://127.0.0.1/app").await?;
+//! let mut redis = redis::Client::open("redis://127.0.0.1:6379")?
+//!     .get_multiplexed_async_connection()
+//!     .await?;
+//! let producer = Producer::new("app1:"); // the relay's --namespace
+//!
+//! let mut jobs = producer.pending();
+//! let mut tx = pool.begin().await?;
+//! let thing: i64 = sqlx::query_scalar("INSERT INTO things (name) VALUES ($1) RETURNING id")
+//!     .bind("x")
+//!     .fetch_one(&mut *tx)
+//!     .await?;
+//! let uuid = jobs.add(
+//!     JobBuilder::new("default", "ProcessThing").json(&serde_json::json!({ "id": thing })),
+//! )?;
+//! jobs.create_pending(&mut tx).await?;
+//! tx.commit().await?;
+//!
+//! match jobs.push_and_delete(&mut redis, &pool).await {
+//!     Ok(report) => println!("job {uuid}: {:?}", report.pushed),
+//!     Err(e) => println!("{e}"), // the relay will deliver it
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Trace context
+//!
+//! With the cargo feature `otel`, [`JobBuilder::build`] adds the W3C `traceparent` (and
+//! `tracestate`) header of the current OpenTelemetry span, so that consumers can continue the
+//! trace. It needs only the `opentelemetry` API crate; the default build has no OpenTelemetry.
+
+mod builder;
+mod pending;
+mod sql;
+#[cfg(feature = "otel")]
+mod trace;
+
+pub use self::builder::{IntoJob, JobBuilder};
+pub use self::pending::{FastPathError, PendingJobs, Producer, PushReport, RowRef, Stage};

@@ -1,0 +1,313 @@
+//! Building a job: its fields, their defaults, and validation at the moment it is built.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Datelike, SubsecRound, Utc};
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::job::{validate_job_type, validate_queue, Job};
+
+/// Builds a [`Job`], refusing invalid input when [`JobBuilder::build`] is called.
+///
+/// Only the queue and the job type are required. Defaults: a fresh random (version 4) uuid, an
+/// empty payload, no parent, no predecessor, `dead_parent = false`, no `run_at` (run as soon as
+/// possible), no headers. With the `otel` feature, a `traceparent` (and `tracestate`) header is
+/// added from the current OpenTelemetry context (see [`JobBuilder::build`]).
+///
+/// Every setter takes and returns the builder, so a job is one expression. Errors found by a
+/// setter (for example a payload that cannot be serialised to JSON) are kept and reported by
+/// [`JobBuilder::build`], together with the checks that need the whole job.
+///
+/// ```
+/// use jobrelay::producer::JobBuilder;
+///
+/// let job = JobBuilder::new("default", "ProcessThing")
+///     .json(&serde_json::json!({ "id": 1 }))
+///     .delay(std::time::Duration::from_secs(30))
+///     .header("tenant", "acme")
+///     .build()?;
+/// assert_eq!(job.payload, br#"{"id":1}"#);
+/// assert!(job.run_at.is_some());
+/// # Ok::<(), jobrelay::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called or it is added to `PendingJobs`"]
+pub struct JobBuilder {
+    queue: String,
+    job_type: String,
+    uuid: Option<Uuid>,
+    payload: Vec<u8>,
+    parent_uuid: Option<Uuid>,
+    predecessor_uuid: Option<Uuid>,
+    dead_parent: bool,
+    run_at: Option<When>,
+    headers: BTreeMap<String, String>,
+    /// The first error a setter met (field, reason); reported by `build` so that setters stay
+    /// chainable.
+    error: Option<(&'static str, String)>,
+    /// Trace headers taken from an explicit context (`trace_context`), which win over the
+    /// current context at `build`.
+    #[cfg(feature = "otel")]
+    trace: Option<Option<super::trace::TraceHeaders>>,
+}
+
+/// When to run: a fixed instant, or a delay counted from the moment the job is built.
+#[derive(Debug, Clone, Copy)]
+enum When {
+    At(DateTime<Utc>),
+    After(Duration),
+}
+
+impl JobBuilder {
+    /// A job for `queue` (1..=128 characters of `[A-Za-z0-9_.:-]`) to be handled by
+    /// `job_type` (1..=256 characters, no NUL). Both are checked by [`JobBuilder::build`].
+    pub fn new(queue: impl Into<String>, job_type: impl Into<String>) -> Self {
+        JobBuilder {
+            queue: queue.into(),
+            job_type: job_type.into(),
+            uuid: None,
+            payload: Vec::new(),
+            parent_uuid: None,
+            predecessor_uuid: None,
+            dead_parent: false,
+            run_at: None,
+            headers: BTreeMap::new(),
+            error: None,
+            #[cfg(feature = "otel")]
+            trace: None,
+        }
+    }
+
+    /// Uses `uuid` as the job's identity instead of a generated one: useful to make a
+    /// producer's retries idempotent, since Redis keeps one job per uuid (the dedup marker
+    /// `jobs:<uuid>`). The nil uuid is refused.
+    pub fn uuid(mut self, uuid: Uuid) -> Self {
+        self.uuid = Some(uuid);
+        self
+    }
+
+    /// The job's arguments as raw bytes, opaque to jobrelay. Default: empty.
+    pub fn payload(mut self, payload: impl Into<Vec<u8>>) -> Self {
+        self.payload = payload.into();
+        self
+    }
+
+    /// The job's arguments as the JSON serialisation (UTF-8 bytes) of `value`. A value that
+    /// cannot be serialised (e.g. a map with non-string keys) makes [`JobBuilder::build`] fail
+    /// with [`Error::InvalidJob`] naming `payload`.
+    pub fn json<T: serde::Serialize + ?Sized>(mut self, value: &T) -> Self {
+        match serde_json::to_vec(value) {
+            Ok(bytes) => self.payload = bytes,
+            Err(e) => self.fail("payload", format!("cannot serialise to JSON: {e}")),
+        }
+        self
+    }
+
+    /// Runs the job no earlier than `at` (kept to the microsecond, Postgres's precision). A
+    /// time that has already passed means "now". Must lie within 0001..=9999 (the range of a
+    /// protobuf `Timestamp`). Replaces an earlier [`JobBuilder::delay`].
+    pub fn run_at(mut self, at: DateTime<Utc>) -> Self {
+        self.run_at = Some(When::At(at));
+        self
+    }
+
+    /// Runs the job no earlier than `delay` after [`JobBuilder::build`] is called, by the
+    /// producer's clock (Redis compares `run_at` with its own clock when the job is pushed).
+    /// A zero delay means no `run_at`. Replaces an earlier [`JobBuilder::run_at`].
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.run_at = Some(When::After(delay));
+        self
+    }
+
+    /// Makes this job a child of `parent`. While the parent is alive the job waits in
+    /// `jobs:<parent>:children`; see [`JobBuilder::dead_parent`]. The nil uuid and the job's
+    /// own uuid are refused.
+    pub fn parent(mut self, parent: Uuid) -> Self {
+        self.parent_uuid = Some(parent);
+        self
+    }
+
+    /// Runs this job only after `predecessor` completes (it waits in
+    /// `jobs:<predecessor>:onComplete`). The nil uuid and the job's own uuid are refused.
+    pub fn predecessor(mut self, predecessor: Uuid) -> Self {
+        self.predecessor_uuid = Some(predecessor);
+        self
+    }
+
+    /// The enqueue algorithm's `deadParent` input (SPEC 5.1): the parent has already
+    /// finished, so the job is not held for it (nor for its predecessor) but registered in
+    /// `jobs:<parent>:active` and queued. Default: `false`.
+    pub fn dead_parent(mut self, dead: bool) -> Self {
+        self.dead_parent = dead;
+        self
+    }
+
+    /// Adds one header (string-to-string metadata), replacing an earlier value of `name`. A
+    /// header set here wins over the trace headers added by the `otel` feature.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(name.into(), value.into());
+        self
+    }
+
+    /// Adds several headers; see [`JobBuilder::header`].
+    pub fn headers<K, V>(mut self, headers: impl IntoIterator<Item = (K, V)>) -> Self
+    where
+        K: Into<String>,
+        V: Into<String>,
+    {
+        self.headers
+            .extend(headers.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self
+    }
+
+    /// Takes `traceparent` (and `tracestate`) from `context` rather than from the current
+    /// OpenTelemetry context. With `tracing-opentelemetry`, pass
+    /// `tracing::Span::current().context()`. A context without a valid span adds nothing.
+    #[cfg(feature = "otel")]
+    pub fn trace_context(mut self, context: &opentelemetry::Context) -> Self {
+        self.trace = Some(super::trace::headers_of(context));
+        self
+    }
+
+    /// Validates the job and returns it, with a uuid generated when none was given.
+    ///
+    /// Refused with [`Error::InvalidJob`] naming the field: `queue`, `job_type`, `uuid`,
+    /// `payload`, `parent_uuid`, `predecessor_uuid`, `run_at` or `headers`. These are the
+    /// checks of the table's CHECK constraints and of the enqueue algorithm, plus what Postgres
+    /// would refuse later (a NUL character in a text or JSON value), so that a job that builds
+    /// also inserts and relays.
+    ///
+    /// `created_at` is set to now; [`super::PendingJobs::create_pending`] replaces it with the
+    /// row's `created_at` so that the fast path and the relay push identical bytes.
+    ///
+    /// With the `otel` feature, when the current OpenTelemetry context (or the one given to
+    /// `trace_context`) holds a valid span and no `traceparent` header was set, the W3C
+    /// `traceparent` header (and `tracestate`, when not empty) is added. The current context is
+    /// thread-local: in async code, the caller's span must be attached around this call (e.g.
+    /// with `opentelemetry::trace::FutureExt::with_context`).
+    pub fn build(mut self) -> Result<Job> {
+        if let Some((field, reason)) = self.error.take() {
+            return Err(Error::invalid(field, reason));
+        }
+        #[cfg(feature = "otel")]
+        {
+            let trace = match self.trace.take() {
+                Some(explicit) => explicit,
+                None => super::trace::current(),
+            };
+            if let Some(trace) = trace {
+                if !self.headers.contains_key("traceparent") {
+                    self.headers.insert("traceparent".into(), trace.traceparent);
+                    if let Some(state) = trace.tracestate {
+                        self.headers.entry("tracestate".into()).or_insert(state);
+                    }
+                }
+            }
+        }
+        let now = Utc::now().trunc_subsecs(6);
+        let run_at = match self.run_at {
+            None => None,
+            Some(When::At(t)) => Some(t.trunc_subsecs(6)),
+            Some(When::After(d)) if d.is_zero() => None,
+            Some(When::After(d)) => Some(
+                chrono::TimeDelta::from_std(d)
+                    .ok()
+                    .and_then(|d| now.checked_add_signed(d))
+                    .ok_or_else(|| Error::invalid("run_at", format!("delay {d:?} is too long")))?,
+            ),
+        };
+        let job = Job {
+            uuid: self.uuid.unwrap_or_else(Uuid::new_v4),
+            queue: self.queue,
+            job_type: self.job_type,
+            payload: self.payload,
+            parent_uuid: self.parent_uuid,
+            predecessor_uuid: self.predecessor_uuid,
+            dead_parent: self.dead_parent,
+            run_at,
+            created_at: now,
+            headers: self.headers,
+        };
+        check(&job)?;
+        Ok(job)
+    }
+
+    fn fail(&mut self, field: &'static str, reason: String) {
+        self.error.get_or_insert((field, reason));
+    }
+}
+
+/// Anything [`super::PendingJobs::add`] accepts: a [`JobBuilder`] (built on the way in) or a
+/// [`Job`] (checked on the way in, as [`JobBuilder::build`] checks).
+pub trait IntoJob {
+    /// The validated job, or why it is refused.
+    fn into_job(self) -> Result<Job>;
+}
+
+impl IntoJob for JobBuilder {
+    fn into_job(self) -> Result<Job> {
+        self.build()
+    }
+}
+
+impl IntoJob for Job {
+    /// Checks the job; `run_at` and `created_at` are kept to the microsecond.
+    fn into_job(mut self) -> Result<Job> {
+        self.run_at = self.run_at.map(|t| t.trunc_subsecs(6));
+        self.created_at = self.created_at.trunc_subsecs(6);
+        check(&self)?;
+        Ok(self)
+    }
+}
+
+/// The producer's checks: [`Job::validate`] plus what Postgres or a consumer would refuse.
+pub(crate) fn check(job: &Job) -> Result<()> {
+    validate_queue(&job.queue)?;
+    validate_job_type(&job.job_type)?;
+    if job.job_type.contains('\0') {
+        return Err(Error::invalid(
+            "job_type",
+            "must not contain a NUL character",
+        ));
+    }
+    job.validate()?;
+    for (field, other) in [
+        ("parent_uuid", job.parent_uuid),
+        ("predecessor_uuid", job.predecessor_uuid),
+    ] {
+        match other {
+            Some(u) if u.is_nil() => {
+                return Err(Error::invalid(field, "must not be the nil uuid"));
+            }
+            Some(u) if u == job.uuid => {
+                return Err(Error::invalid(
+                    field,
+                    format!("must differ from the job's own uuid {u}"),
+                ));
+            }
+            _ => {}
+        }
+    }
+    if let Some(t) = job.run_at {
+        if !(1..=9999).contains(&t.year()) {
+            return Err(Error::invalid(
+                "run_at",
+                format!("{t} is outside the years 0001..=9999 a protobuf Timestamp can hold"),
+            ));
+        }
+    }
+    for (name, value) in &job.headers {
+        if name.is_empty() {
+            return Err(Error::invalid("headers", "a header name must not be empty"));
+        }
+        if name.contains('\0') || value.contains('\0') {
+            return Err(Error::invalid(
+                "headers",
+                format!("header {name:?} contains a NUL character, which jsonb cannot store"),
+            ));
+        }
+    }
+    Ok(())
+}
