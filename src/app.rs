@@ -360,7 +360,15 @@ async fn drain(config: &Config, shutdown: &CancellationToken, tracker: &TaskTrac
     tracing::info!(timeout = ?config.shutdown_timeout, "shutting down: finishing the batches in hand");
     match tokio::time::timeout(config.shutdown_timeout, tracker.wait()).await {
         Ok(()) => {
-            tracing::info!("shutdown complete");
+            let t = crate::telemetry::metrics::totals();
+            tracing::info!(
+                relayed = t.relayed,
+                failed_per_job = t.per_job,
+                failed_permanent = t.permanent,
+                failed_transient = t.transient,
+                dead_lettered = t.dead_lettered,
+                "shutdown complete"
+            );
             ExitCode::SUCCESS
         }
         Err(_) => {

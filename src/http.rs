@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{header, StatusCode};
 use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -20,7 +20,8 @@ pub const STALL_LIMIT: Duration = Duration::from_secs(120);
 
 /// Installs the Prometheus recorder (once per process) and returns its handle.
 pub fn install_recorder() -> Result<PrometheusHandle, String> {
-    static HANDLE: std::sync::OnceLock<Result<PrometheusHandle, String>> = std::sync::OnceLock::new();
+    static HANDLE: std::sync::OnceLock<Result<PrometheusHandle, String>> =
+        std::sync::OnceLock::new();
     HANDLE
         .get_or_init(|| {
             let latency = [
@@ -79,8 +80,16 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
     tokio::net::TcpListener::bind(addr).await
 }
 
-async fn render_metrics(State(s): State<AppState>) -> String {
-    s.prometheus.render()
+/// The Prometheus text exposition format, version 0.0.4.
+pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+async fn render_metrics(
+    State(s): State<AppState>,
+) -> ([(header::HeaderName, &'static str); 1], String) {
+    (
+        [(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)],
+        s.prometheus.render(),
+    )
 }
 
 async fn healthz(State(s): State<AppState>) -> (StatusCode, &'static str) {
@@ -105,5 +114,8 @@ async fn readyz(State(s): State<AppState>) -> (StatusCode, String) {
     if why.is_empty() {
         why.push("outbox table missing (run `jobrelay migrate`)");
     }
-    (StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", why.join(", ")))
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("{}\n", why.join(", ")),
+    )
 }

@@ -34,6 +34,10 @@ pub struct Flags {
     /// File holding the Redis URL [env: REDIS_URL_FILE]
     #[arg(long, global = true, value_name = "PATH")]
     pub redis_url_file: Option<String>,
+    /// PEM file of the CA(s) that signed the Redis server's certificate, for rediss:// with a
+    /// private CA (default: the bundled web PKI roots) [env: JOBRELAY_REDIS_CA_FILE]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub redis_ca_file: Option<String>,
     /// Outbox table, `name` or `schema.name` [env: JOBRELAY_TABLE] [default: pending_jobs]
     #[arg(long, global = true, value_name = "TABLE")]
     pub table: Option<String>,

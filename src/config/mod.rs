@@ -54,6 +54,32 @@ impl fmt::Display for SecretUrl {
     }
 }
 
+/// A PEM file of trusted CA certificates (`--redis-ca-file`), read and checked once at start.
+/// `Debug` shows the path only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CaFile {
+    path: PathBuf,
+    pem: Vec<u8>,
+}
+
+impl CaFile {
+    /// Where the certificates were read from.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The PEM text as read.
+    pub fn pem(&self) -> &[u8] {
+        &self.pem
+    }
+}
+
+impl fmt::Debug for CaFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("CaFile").field(&self.path).finish()
+    }
+}
+
 /// Default Postgres URL: the local server.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://127.0.0.1:5432/postgres";
 /// Default Redis URL.
@@ -87,6 +113,9 @@ pub struct Config {
     pub database_url: SecretUrl,
     /// `--redis-url`.
     pub redis_url: SecretUrl,
+    /// `--redis-ca-file`: CA certificates that verify a `rediss://` server instead of the
+    /// bundled web PKI roots.
+    pub redis_ca_file: Option<CaFile>,
     /// `--table`.
     pub table: TableName,
     /// `--namespace`.
@@ -142,6 +171,11 @@ impl Config {
                 url
             }
             None => DEFAULT_REDIS_URL.to_owned(),
+        };
+
+        let redis_ca_file = match src.get("redis_ca_file") {
+            Some((path, origin)) => Some(read_ca_file(&path, &origin, &redis_url)?),
+            None => None,
         };
 
         let table = src.parse("table", |s| TableName::parse(s))?.unwrap_or_default();
@@ -206,6 +240,7 @@ impl Config {
         let config = Config {
             database_url: SecretUrl(database_url),
             redis_url: SecretUrl(redis_url),
+            redis_ca_file,
             table,
             namespace,
             batch_size,
@@ -257,9 +292,13 @@ impl Config {
         Ok(session_settings(opts, self.idle_in_transaction_timeout()))
     }
 
-    /// A Redis client for `--redis-url`.
+    /// A Redis client for `--redis-url`, trusting `--redis-ca-file` when given.
     pub fn redis_client(&self) -> Result<redis::Client, ConfigError> {
-        redis::Client::open(self.redis_url.expose()).map_err(|e| ConfigError {
+        let client = match &self.redis_ca_file {
+            None => redis::Client::open(self.redis_url.expose()),
+            Some(ca) => redis_tls_client(self.redis_url.expose(), ca.pem()),
+        };
+        client.map_err(|e| ConfigError {
             culprit: "--redis-url".into(),
             reason: format!("{}: {}", self.redis_url, redact::scrub(&e.to_string())),
         })
@@ -310,6 +349,42 @@ fn check_redis_url(url: &str, origin: &Origin) -> Result<(), ConfigError> {
             redact::redact_url(url),
             redact::scrub(&e.to_string())
         ),
+    })
+}
+
+fn redis_tls_client(url: &str, ca_pem: &[u8]) -> redis::RedisResult<redis::Client> {
+    redis::Client::build_with_tls(
+        url,
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(ca_pem.to_vec()),
+        },
+    )
+}
+
+/// Reads and checks `--redis-ca-file`: PEM certificates, for a `rediss://` URL.
+fn read_ca_file(path: &str, origin: &Origin, redis_url: &str) -> Result<CaFile, ConfigError> {
+    let bad = |reason: String| ConfigError {
+        culprit: origin.to_string(),
+        reason,
+    };
+    let pem = std::fs::read(path).map_err(|e| bad(format!("cannot read {path}: {e}")))?;
+    if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+        return Err(bad(format!(
+            "{path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+        )));
+    }
+    if !redis_url.starts_with("rediss://") {
+        return Err(bad(format!(
+            "a CA file only applies to TLS, but the Redis URL {} is not rediss://",
+            redact::redact_url(redis_url)
+        )));
+    }
+    redis_tls_client(redis_url, &pem)
+        .map_err(|e| bad(format!("{path}: {}", redact::scrub(&e.to_string()))))?;
+    Ok(CaFile {
+        path: PathBuf::from(path),
+        pem,
     })
 }
 

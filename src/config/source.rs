@@ -14,6 +14,7 @@ pub(crate) const OPTIONS: &[(&str, &str, Option<&str>)] = &[
     ("database_url_file", "--database-url-file", Some("DATABASE_URL_FILE")),
     ("redis_url", "--redis-url", Some("REDIS_URL")),
     ("redis_url_file", "--redis-url-file", Some("REDIS_URL_FILE")),
+    ("redis_ca_file", "--redis-ca-file", Some("JOBRELAY_REDIS_CA_FILE")),
     ("table", "--table", Some("JOBRELAY_TABLE")),
     ("namespace", "--namespace", Some("JOBRELAY_NAMESPACE")),
     ("batch_size", "--batch-size", Some("JOBRELAY_BATCH_SIZE")),
@@ -53,11 +54,12 @@ pub(crate) struct Sources<'a> {
 }
 
 fn flag_values(f: &Flags) -> HashMap<&'static str, String> {
-    let pairs: [(&'static str, &Option<String>); 16] = [
+    let pairs: [(&'static str, &Option<String>); 17] = [
         ("database_url", &f.database_url),
         ("database_url_file", &f.database_url_file),
         ("redis_url", &f.redis_url),
         ("redis_url_file", &f.redis_url_file),
+        ("redis_ca_file", &f.redis_ca_file),
         ("table", &f.table),
         ("namespace", &f.namespace),
         ("batch_size", &f.batch_size),

@@ -3,6 +3,7 @@
 //! The `metrics` facade is a no-op until a recorder is installed, so library users who do not
 //! run the relay's HTTP listener pay next to nothing.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::enqueue::Outcome;
@@ -30,28 +31,98 @@ pub const DEAD_JOBS: &str = "jobrelay_dead_jobs";
 /// Registers help texts. Call once after installing a recorder.
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
-    describe_counter!(JOBS_RELAYED, "Jobs written to Redis (or found already there), by outcome");
-    describe_counter!(JOB_FAILURES, "Failed job pushes, by kind: transient, per_job, permanent");
+    describe_counter!(
+        JOBS_RELAYED,
+        "Jobs written to Redis (or found already there), by outcome"
+    );
+    describe_counter!(
+        JOB_FAILURES,
+        "Failed job pushes, by kind: transient, per_job, permanent"
+    );
     describe_counter!(JOBS_DEAD_LETTERED, "Rows moved to the dead-letter table");
-    describe_histogram!(BATCH_DURATION, Unit::Seconds, "Duration of one claim-push-delete-commit batch");
-    describe_histogram!(RELAY_LAG, Unit::Seconds, "Time from a row's created_at to its delete");
+    describe_histogram!(
+        BATCH_DURATION,
+        Unit::Seconds,
+        "Duration of one claim-push-delete-commit batch"
+    );
+    describe_histogram!(
+        RELAY_LAG,
+        Unit::Seconds,
+        "Time from a row's created_at to its delete"
+    );
     describe_gauge!(PENDING_JOBS, "Rows waiting in the outbox table");
-    describe_gauge!(OLDEST_PENDING_AGE, Unit::Seconds, "Age of the oldest row in the outbox table");
+    describe_gauge!(
+        OLDEST_PENDING_AGE,
+        Unit::Seconds,
+        "Age of the oldest row in the outbox table"
+    );
     describe_gauge!(UP, "1 when the dependency is reachable, else 0");
     describe_gauge!(DEAD_JOBS, "Rows in the dead-letter table");
     // Make every series visible from the first scrape, at zero.
     for o in Outcome::ALL {
         metrics::counter!(JOBS_RELAYED, "outcome" => o.as_str()).increment(0);
     }
-    for k in [ErrorClass::Transient, ErrorClass::PerJob, ErrorClass::Permanent] {
+    for k in [
+        ErrorClass::Transient,
+        ErrorClass::PerJob,
+        ErrorClass::Permanent,
+    ] {
         metrics::counter!(JOB_FAILURES, "kind" => k.as_str()).increment(0);
     }
     metrics::counter!(JOBS_DEAD_LETTERED).increment(0);
+    // A registered histogram renders (with zero counts) before its first sample.
+    let _ = metrics::histogram!(BATCH_DURATION);
+    let _ = metrics::histogram!(RELAY_LAG);
+    // Nothing is up until it has answered once (as in `relay::Health`).
+    up("postgres", false);
+    up("redis", false);
+}
+
+/// Process-wide tallies of the counters, for the shutdown log line (the `metrics` recorder
+/// cannot be read back, and is not installed at all without `--http-addr`).
+static RELAYED: AtomicU64 = AtomicU64::new(0);
+static FAILED: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+static DEAD_LETTERED: AtomicU64 = AtomicU64::new(0);
+
+/// What this process has done so far, summed over every worker.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Jobs relayed, every outcome (duplicates included).
+    pub relayed: u64,
+    /// Failed job pushes of kind `transient`.
+    pub transient: u64,
+    /// Failed job pushes of kind `per_job`.
+    pub per_job: u64,
+    /// Failed job pushes of kind `permanent`.
+    pub permanent: u64,
+    /// Rows moved to the dead-letter table.
+    pub dead_lettered: u64,
+}
+
+/// The tallies of this process so far.
+pub fn totals() -> Totals {
+    let failed = |k: ErrorClass| FAILED[kind_index(k)].load(Ordering::Relaxed);
+    Totals {
+        relayed: RELAYED.load(Ordering::Relaxed),
+        transient: failed(ErrorClass::Transient),
+        per_job: failed(ErrorClass::PerJob),
+        permanent: failed(ErrorClass::Permanent),
+        dead_lettered: DEAD_LETTERED.load(Ordering::Relaxed),
+    }
+}
+
+fn kind_index(k: ErrorClass) -> usize {
+    match k {
+        ErrorClass::Transient => 0,
+        ErrorClass::PerJob => 1,
+        ErrorClass::Permanent => 2,
+    }
 }
 
 /// Counts jobs relayed with one outcome.
 pub fn relayed(outcome: Outcome, n: u64) {
     if n > 0 {
+        RELAYED.fetch_add(n, Ordering::Relaxed);
         metrics::counter!(JOBS_RELAYED, "outcome" => outcome.as_str()).increment(n);
     }
 }
@@ -59,6 +130,7 @@ pub fn relayed(outcome: Outcome, n: u64) {
 /// Counts failed pushes of one kind.
 pub fn failures(kind: ErrorClass, n: u64) {
     if n > 0 {
+        FAILED[kind_index(kind)].fetch_add(n, Ordering::Relaxed);
         metrics::counter!(JOB_FAILURES, "kind" => kind.as_str()).increment(n);
     }
 }
@@ -66,6 +138,7 @@ pub fn failures(kind: ErrorClass, n: u64) {
 /// Counts rows moved to the dead-letter table.
 pub fn dead_lettered(n: u64) {
     if n > 0 {
+        DEAD_LETTERED.fetch_add(n, Ordering::Relaxed);
         metrics::counter!(JOBS_DEAD_LETTERED).increment(n);
     }
 }

@@ -42,8 +42,12 @@ pub fn scrub(text: &str) -> Cow<'_, str> {
 }
 
 /// Registers the password of a URL (userinfo or a `password` query parameter) as a secret.
+/// Text without `://` is not a URL at all (a bare password given in the wrong place, or a secret
+/// file holding something else): all of it is registered.
 pub fn register_url(url: &str) {
-    if let Ok(u) = url::Url::parse(url) {
+    if !url.contains("://") {
+        register(url.trim());
+    } else if let Ok(u) = url::Url::parse(url) {
         if let Some(p) = u.password() {
             register(p);
             if let Ok(decoded) = percent_decode(p) {
@@ -61,14 +65,24 @@ pub fn register_url(url: &str) {
 }
 
 /// `url` with its password (userinfo or `password` query parameter) replaced by [`MASK`].
-/// Text that does not parse as a URL has everything between `://` and `@` masked.
+/// Text that does not parse as a URL has everything between `://` and `@` masked; text without
+/// `://` is not a URL at all and is masked whole.
 pub fn redact_url(url: &str) -> String {
+    if !url.contains("://") {
+        return if url.is_empty() {
+            String::new()
+        } else {
+            MASK.to_owned()
+        };
+    }
     match url::Url::parse(url) {
         Ok(mut u) => {
             if u.password().is_some() {
                 let _ = u.set_password(Some(MASK));
             }
-            if u.query_pairs().any(|(k, _)| k.eq_ignore_ascii_case("password")) {
+            if u.query_pairs()
+                .any(|(k, _)| k.eq_ignore_ascii_case("password"))
+            {
                 let pairs: Vec<(String, String)> = u
                     .query_pairs()
                     .map(|(k, v)| {
@@ -119,12 +133,26 @@ mod tests {
         assert_eq!(redact_url("redis://r:6379"), "redis://r:6379");
         assert!(!redact_url("postgres://db/x?password=hunter2").contains("hunter2"));
         assert_eq!(redact_url("not a url://u:p@x"), "not a url://***@x");
+        assert_eq!(redact_url("hunter2:xyz"), MASK);
+        assert_eq!(
+            redact_url("postgres:///db?host=/run/pg"),
+            "postgres:///db?host=/run/pg"
+        );
+    }
+
+    #[test]
+    fn text_that_is_no_url_is_a_secret_whole() {
+        register_url("  Just-A-Passw0rd\n");
+        assert_eq!(scrub("got Just-A-Passw0rd"), "got ***");
     }
 
     #[test]
     fn scrub_removes_registered_secrets() {
         register_url("postgres://app:p%40ss-Word-1@db/x");
-        assert_eq!(scrub("failed: p@ss-Word-1 and p%40ss-Word-1"), "failed: *** and ***");
+        assert_eq!(
+            scrub("failed: p@ss-Word-1 and p%40ss-Word-1"),
+            "failed: *** and ***"
+        );
         assert_eq!(scrub("nothing here"), "nothing here");
     }
 }

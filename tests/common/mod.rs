@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod child;
+pub mod pg_server;
 pub mod redis_server;
 
 use std::future::Future;
