@@ -607,6 +607,7 @@ async fn readyz_follows_a_redis_outage_and_healthz_stays_up(pool: PgPool) {
         "{}",
         d.logs()
     );
+    eprintln!("redis events: {redis_events:?}");
     let recovered = &d.events_with("redis recovered")[0];
     assert!(
         recovered["failed_tries"].as_u64().unwrap() >= 2,
@@ -1757,10 +1758,7 @@ fn dockerfile_builds_a_small_non_root_image() {
         final_stage.contains(&"ENTRYPOINT [\"jobrelay\"]"),
         "{final_stage:?}"
     );
-    assert!(
-        final_stage.contains(&"EXPOSE 9898"),
-        "{final_stage:?}"
-    );
+    assert!(final_stage.contains(&"EXPOSE 9898"), "{final_stage:?}");
     let user = final_stage
         .iter()
         .rev()
