@@ -15,6 +15,10 @@ mod common;
 #[path = "../examples/things.rs"]
 mod things_example;
 
+#[allow(dead_code)]
+#[path = "../examples/producer_bench.rs"]
+mod producer_bench;
+
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -919,6 +923,43 @@ async fn example_plain_sql_runs(pool: PgPool) {
     );
 }
 
+/// `examples/producer_bench.rs` with tiny sizes: it reports rates and drops its database.
+#[tokio::test]
+async fn example_producer_bench_runs_and_drops_its_database() {
+    let admin = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+    let sizes = producer_bench::Sizes {
+        single_tx: 5,
+        batch_tx: 2,
+        baseline_tx: 1,
+    };
+    let report = producer_bench::run(&admin, sizes).await.unwrap();
+    for key in [
+        "single_job_tx",
+        "thousand_job_tx",
+        "row_by_row_baseline_thousand_job_tx",
+    ] {
+        assert!(
+            report[key]["jobs_per_second"].as_f64().unwrap() > 0.0,
+            "{report}"
+        );
+    }
+    let db = report["database"]
+        .as_str()
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap();
+    assert!(db.starts_with("jobrelay_bench_producer_"), "{report}");
+    let mut conn = PgConnection::connect(&admin).await.unwrap();
+    let left: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(db)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert!(!left, "{db} was dropped");
+}
+
 // ---------------------------------------------------------------------------------------------
 // A Postgres wire proxy that counts what a client sends.
 
@@ -1029,4 +1070,20 @@ async fn forward_frontend(
         tx.write_u32(len).await?;
         tx.write_all(&body).await?;
     }
+}
+
+/// The fast-path futures are `Send`, so they can be awaited in spawned tasks and web handlers.
+#[allow(dead_code)]
+fn fast_path_futures_are_send(
+    jobs: &mut jobrelay::producer::PendingJobs,
+    pool: &PgPool,
+    conn: &mut PgConnection,
+    redis: &mut redis::aio::MultiplexedConnection,
+) {
+    fn is_send<T: Send>(_: T) {}
+    is_send(jobs.create_pending(conn));
+    is_send(jobs.push_and_delete(redis, pool));
+    is_send(jobs.push_and_delete(redis, &mut *conn));
+    is_send(jobs.push(redis));
+    is_send(jobs.delete_pending(pool));
 }

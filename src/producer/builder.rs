@@ -13,8 +13,16 @@ use crate::job::{validate_job_type, validate_queue, Job};
 ///
 /// Only the queue and the job type are required. Defaults: a fresh random (version 4) uuid, an
 /// empty payload, no parent, no predecessor, `dead_parent = false`, no `run_at` (run as soon as
-/// possible), no headers. With the `otel` feature, a `traceparent` (and `tracestate`) header is
-/// added from the current OpenTelemetry context (see [`JobBuilder::build`]).
+/// possible), no headers.
+///
+/// Why version 4 and not the time-ordered version 7: rows produced in plain SQL get
+/// `gen_random_uuid()` (v4), so every job's uuid looks the same whichever way it was produced;
+/// the uuid is an identity and a dedup key (`jobs:<uuid>`), while order comes from the row's
+/// `id` and `created_at`, and no index on `uuid` would profit from v7's locality; and a v4 uuid
+/// reveals nothing (v7 carries its creation time into keys that consumers may expose).
+///
+/// With the `otel` feature, a `traceparent` (and `tracestate`) header is added from the current
+/// OpenTelemetry context (see [`JobBuilder::build`]).
 ///
 /// Every setter takes and returns the builder, so a job is one expression. Errors found by a
 /// setter (for example a payload that cannot be serialised to JSON) are kept and reported by

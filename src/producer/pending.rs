@@ -66,6 +66,7 @@ impl Producer {
 
     /// Writes to `table` (the relay's `--table`) instead of `pending_jobs`. The table must
     /// exist (`jobrelay migrate --table T`, or `SELECT jobrelay_create_outbox('T')`).
+    #[must_use]
     pub fn table(self, table: TableName) -> Self {
         self.with(|i| {
             i.sql = Arc::new(Sql::new(&table));
@@ -75,12 +76,14 @@ impl Producer {
 
     /// Sets how long the dedup markers written by the fast path live (the relay's
     /// `--dedup-ttl`; `Duration::ZERO`: forever). Default: 15 minutes.
+    #[must_use]
     pub fn dedup_ttl(self, ttl: Duration) -> Self {
         self.with(|i| i.enqueuer = Enqueuer::new(i.enqueuer.namespace().to_owned(), ttl))
     }
 
     /// Bounds each fast-path push (the relay's `--push-timeout`); a push that takes longer
     /// fails with [`Error::Timeout`] and leaves the rows to the relay. Default: 5 s.
+    #[must_use]
     pub fn push_timeout(self, timeout: Duration) -> Self {
         self.with(|i| i.push_timeout = timeout)
     }
