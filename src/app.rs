@@ -121,9 +121,8 @@ async fn run_dead_letter(config: &Config, cmd: DeadLetterCommand) -> Result<Exit
                     );
                 }
             }
-            if !json {
-                eprintln!("{} dead-lettered rows listed", rows.len());
-            }
+            // On stderr, so that --json output stays one object per line.
+            eprintln!("{} dead-lettered rows listed", rows.len());
         }
         DeadLetterCommand::Requeue(s) => {
             let n = dead_letter::requeue(&pool, &config.table, &selection(s))

@@ -169,6 +169,12 @@ fn refused(job: &Job, message: String) -> Error {
 
 /// Whether a Redis error says "try again later" (the whole call failed for reasons outside the
 /// jobs), as opposed to an error about what was sent.
+///
+/// Transient: the connection failed (refused, reset, timed out); the server cannot take writes
+/// now (`READONLY` replica, `LOADING`, `MASTERDOWN`, `MISCONF` after a failed save, `OOM`,
+/// `NOREPLICAS`, `BUSY` script, cluster `TRYAGAIN`/`CLUSTERDOWN`); or the connection is not
+/// allowed to (`NOAUTH`, `WRONGPASS`, `NOPERM`): an operator fixes those, not the job, so they
+/// must not count attempts against every row and dead-letter the backlog.
 pub fn is_transient(e: &redis::RedisError) -> bool {
     use redis::ErrorKind as K;
     if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
@@ -184,6 +190,62 @@ pub fn is_transient(e: &redis::RedisError) -> bool {
         | K::AuthenticationFailed
         | K::NoScriptError
         | K::IoError => true,
-        _ => matches!(e.code(), Some("OOM" | "BUSY" | "LOADING" | "READONLY" | "MASTERDOWN")),
+        _ => matches!(
+            e.code(),
+            Some(
+                "OOM"
+                    | "BUSY"
+                    | "LOADING"
+                    | "READONLY"
+                    | "MASTERDOWN"
+                    | "MISCONF"
+                    | "NOREPLICAS"
+                    | "NOAUTH"
+                    | "WRONGPASS"
+                    | "NOPERM"
+            )
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_transient;
+
+    fn server_error(line: &str) -> redis::RedisError {
+        let reply = format!("-{line}\r\n");
+        match redis::parse_redis_value(reply.as_bytes()) {
+            Ok(redis::Value::ServerError(e)) => e.into(),
+            other => panic!("{line:?} parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn outages_are_transient_and_job_errors_are_not() {
+        for line in [
+            "READONLY You can't write against a read only replica.",
+            "LOADING Redis is loading the dataset in memory",
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+            "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "NOREPLICAS Not enough good replicas to write.",
+            "BUSY Redis is busy running a script.",
+            "NOAUTH Authentication required.",
+            "NOPERM this user has no permissions to run the 'evalsha' command",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "CLUSTERDOWN The cluster is down",
+        ] {
+            assert!(is_transient(&server_error(line)), "{line}");
+        }
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(is_transient(&redis::RedisError::from(io)));
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(is_transient(&redis::RedisError::from(io)));
+        for line in [
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "ERR Error running script (call to f_x): @user_script:1: user_script:1: bad argument",
+        ] {
+            assert!(!is_transient(&server_error(line)), "{line}");
+        }
     }
 }

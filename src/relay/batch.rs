@@ -11,6 +11,7 @@ use super::report::Report;
 use super::row::{PendingRow, RowMeta};
 use super::sink::JobSink;
 use crate::backoff::per_job_delay;
+use crate::enqueue::Outcome;
 use crate::error::{Error, ErrorClass, Result};
 use crate::telemetry::metrics;
 
@@ -69,6 +70,18 @@ impl<S: JobSink> Batcher<S> {
         if report.claimed > 0 {
             self.bounded("postgres commit", tx.commit()).await?;
             metrics::batch_duration(started.elapsed());
+            tracing::debug!(
+                claimed = report.claimed,
+                queued = report.outcome(Outcome::Queued),
+                scheduled = report.outcome(Outcome::Scheduled),
+                children = report.outcome(Outcome::Children),
+                on_complete = report.outcome(Outcome::OnComplete),
+                duplicates = report.outcome(Outcome::Duplicate),
+                refused = report.refused,
+                invalid = report.invalid,
+                dead_lettered = report.dead_lettered,
+                "batch committed"
+            );
         } else {
             // Nothing was written; let the connection go back clean.
             self.bounded("postgres rollback", tx.rollback()).await?;
@@ -108,7 +121,9 @@ impl<S: JobSink> Batcher<S> {
                     metas.push(meta);
                     jobs.push(job);
                 }
-                Err((row, e)) => {
+                Err((mut row, e)) => {
+                    // A failed attempt like any other, though the last one (SPEC 5.4).
+                    row.attempts = row.attempts.saturating_add(1);
                     report.invalid += 1;
                     failed.push(Failed {
                         row,
@@ -122,9 +137,25 @@ impl<S: JobSink> Batcher<S> {
         let results = if jobs.is_empty() {
             Vec::new()
         } else {
-            self.sink.push(&jobs).await.inspect_err(|_| {
-                metrics::failures(ErrorClass::Transient, jobs.len() as u64);
-            })?
+            self.sink
+                .push(&jobs)
+                .await
+                .and_then(|results| {
+                    // A row is deleted unless its result says otherwise: a result missing for
+                    // a job would delete its row without a push. Treat the batch as failed.
+                    if results.len() == jobs.len() {
+                        Ok(results)
+                    } else {
+                        Err(Error::Redis(redis::RedisError::from((
+                            redis::ErrorKind::ClientError,
+                            "sink answered the wrong number of results",
+                            format!("{} results for {} jobs", results.len(), jobs.len()),
+                        ))))
+                    }
+                })
+                .inspect_err(|_| {
+                    metrics::failures(ErrorClass::Transient, jobs.len() as u64);
+                })?
         };
         let now = Utc::now();
         let mut first_refusal: Option<String> = None;
@@ -163,7 +194,7 @@ impl<S: JobSink> Batcher<S> {
                 }
             }
         }
-        for o in crate::enqueue::Outcome::ALL {
+        for o in Outcome::ALL {
             metrics::relayed(o, report.outcome(o));
         }
         metrics::failures(ErrorClass::PerJob, report.refused);

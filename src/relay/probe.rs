@@ -41,43 +41,71 @@ pub async fn probe(
             _ = shutdown.cancelled() => return,
             _ = ticker.tick() => {}
         }
-        let pg = tokio::time::timeout(PROBE_INTERVAL, sqlx::query(&schema_sql).execute(&pool)).await;
-        match pg {
-            Ok(Ok(_)) => {
-                health.ok(Dependency::Postgres);
-                health.set_schema(true);
+        // One round of checks; shutdown does not wait for a ping to a dependency that hangs.
+        let round = async {
+            let sent = Instant::now();
+            let pg =
+                tokio::time::timeout(PROBE_INTERVAL, sqlx::query(&schema_sql).execute(&pool)).await;
+            match pg {
+                Ok(Ok(_)) => {
+                    health.ok_at(Dependency::Postgres, sent);
+                    health.set_schema(true);
+                }
+                Ok(Err(sqlx::Error::Database(e))) if e.code().as_deref() == Some("42P01") => {
+                    health.ok_at(Dependency::Postgres, sent);
+                    health.set_schema(false);
+                    tracing::debug!(table = %table, "outbox table missing: run `jobrelay migrate`");
+                }
+                Ok(Err(e)) => health.failed_at(Dependency::Postgres, sent, &e),
+                Err(_) => health.failed_at(Dependency::Postgres, sent, &"ping timed out"),
             }
-            Ok(Err(sqlx::Error::Database(e))) if e.code().as_deref() == Some("42P01") => {
-                health.ok(Dependency::Postgres);
-                health.set_schema(false);
-                tracing::debug!(table = %table, "outbox table missing: run `jobrelay migrate`");
+            let sent = Instant::now();
+            let mut con = redis.clone();
+            match tokio::time::timeout(PROBE_INTERVAL, writable(&mut con)).await {
+                Ok(Ok(())) => health.ok_at(Dependency::Redis, sent),
+                Ok(Err(e)) => health.failed_at(Dependency::Redis, sent, &e),
+                Err(_) => health.failed_at(Dependency::Redis, sent, &"ping timed out"),
             }
-            Ok(Err(e)) => health.failed(Dependency::Postgres, &e),
-            Err(_) => health.failed(Dependency::Postgres, &"ping timed out"),
-        }
-        let mut con = redis.clone();
-        let ping = tokio::time::timeout(
-            PROBE_INTERVAL,
-            redis::cmd("PING").query_async::<String>(&mut con),
-        )
-        .await;
-        match ping {
-            Ok(Ok(_)) => health.ok(Dependency::Redis),
-            Ok(Err(e)) => health.failed(Dependency::Redis, &e),
-            Err(_) => health.failed(Dependency::Redis, &"ping timed out"),
-        }
-        if health.is_up(Dependency::Postgres)
-            && last_backlog.is_none_or(|t| t.elapsed() >= BACKLOG_INTERVAL)
-        {
-            last_backlog = Some(Instant::now());
-            let sample = tokio::time::timeout(
-                BACKLOG_INTERVAL,
-                sqlx::query_as::<_, (i64, f64, i64)>(&backlog_sql).fetch_one(&pool),
-            )
-            .await;
-            if let Ok(Ok((pending, oldest, dead))) = sample {
-                metrics::backlog(pending, oldest, dead);
+            if health.is_up(Dependency::Postgres)
+                && last_backlog.is_none_or(|t| t.elapsed() >= BACKLOG_INTERVAL)
+            {
+                last_backlog = Some(Instant::now());
+                let sample = tokio::time::timeout(
+                    BACKLOG_INTERVAL,
+                    sqlx::query_as::<_, (i64, f64, i64)>(&backlog_sql).fetch_one(&pool),
+                )
+                .await;
+                if let Ok(Ok((pending, oldest, dead))) = sample {
+                    metrics::backlog(pending, oldest, dead);
+                }
             }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            () = round => {}
         }
+    }
+}
+
+/// Whether Redis would take the relay's writes: it answers `PING` (refused while it is
+/// `LOADING`, or `MASTERDOWN` on a stale replica) and `ROLE` says master. A read-only replica
+/// answers `PING` but refuses every push with `READONLY`; reporting it as up would make the
+/// probe and the workers log an outage and a recovery every second.
+async fn writable(con: &mut ConnectionManager) -> redis::RedisResult<()> {
+    let (_pong, role): (String, Vec<redis::Value>) = redis::pipe()
+        .cmd("PING")
+        .cmd("ROLE")
+        .query_async(con)
+        .await?;
+    let role = role
+        .first()
+        .and_then(|v| redis::from_redis_value::<String>(v).ok());
+    match role.as_deref() {
+        Some("master") => Ok(()),
+        other => Err(redis::RedisError::from((
+            redis::ErrorKind::ReadOnly,
+            "not a master: writes are refused",
+            format!("ROLE answered {other:?}"),
+        ))),
     }
 }

@@ -1,7 +1,7 @@
 //! The relay loop of one worker (SPEC 5.2).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -13,7 +13,8 @@ use crate::backoff::Backoff;
 
 /// Repeats batches until `shutdown`: a full batch loops at once; otherwise the worker waits for
 /// a wake-up or `poll_interval`. A transient failure backs off (100 ms doubling to 30 s, with
-/// jitter). The batch in hand when `shutdown` fires is finished, not abandoned.
+/// jitter), cut short when [`Health`] sees a dependency recover. The batch in hand when
+/// `shutdown` fires is finished, not abandoned.
 pub async fn work<S: JobSink>(
     batcher: Batcher<S>,
     batch_size: usize,
@@ -23,15 +24,18 @@ pub async fn work<S: JobSink>(
     shutdown: CancellationToken,
 ) {
     let mut backoff = Backoff::transient();
+    let mut recovered = health.recoveries();
     while !shutdown.is_cancelled() {
         health.beat();
         wake.borrow_and_update();
+        recovered.borrow_and_update();
+        let started = Instant::now();
         let idle_wait = match batcher.run_once(None).await {
             Ok(report) => {
                 backoff.reset();
-                health.ok(Dependency::Postgres);
+                health.ok_at(Dependency::Postgres, started);
                 if report.delivered() > 0 {
-                    health.ok(Dependency::Redis);
+                    health.ok_at(Dependency::Redis, started);
                 }
                 if report.claimed as usize >= batch_size {
                     continue;
@@ -39,13 +43,17 @@ pub async fn work<S: JobSink>(
                 poll_interval
             }
             Err(e) => {
-                health.failed_with(&e);
-                backoff.next_delay()
+                health.failed_with_at(&e, started);
+                let delay = backoff.next_delay();
+                tracing::debug!(error = %e, retry_in = ?delay, "batch rolled back; backing off");
+                delay
             }
         };
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(idle_wait) => {}
+            // The probe saw a dependency come back: no need to sit out the rest of the backoff.
+            _ = recovered.changed(), if backoff.failures() > 0 => {}
             changed = wake.changed(), if backoff.failures() == 0 => {
                 if changed.is_err() {
                     // No listener any more: fall back to polling.

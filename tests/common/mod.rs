@@ -7,6 +7,7 @@
 
 pub mod child;
 pub mod pg_server;
+pub mod proxy;
 pub mod redis_server;
 
 use std::future::Future;
