@@ -14,6 +14,12 @@
 //!   any number of jobs), then after commit [`push_and_delete`](PendingJobs::push_and_delete),
 //!   or [`push`](PendingJobs::push) and [`delete_pending`](PendingJobs::delete_pending).
 //!
+//! The Go `JobScheduler` it is modelled on maps as: `AddJob` → [`PendingJobs::add`], `AddJobs` →
+//! [`PendingJobs::add_all`], `CreatePendingJobs(tx)` → [`PendingJobs::create_pending`],
+//! `PushJobs` → [`PendingJobs::push`], `DeletePendingJobs` → [`PendingJobs::delete_pending`],
+//! `PushJobsAndDeletePendingJobs` → [`PendingJobs::push_and_delete`]. The enqueue algorithm alone
+//! is [`crate::Enqueuer`] ([`Producer::enqueuer`]).
+//!
 //! # Guarantees
 //!
 //! - The rows are invisible to the relay until the caller's transaction commits, and are
