@@ -440,7 +440,7 @@ async fn redis_killed_mid_drain_and_restarted_everything_arrives_once(pool: PgPo
     redis.kill();
     let killed = Instant::now();
     // The batch in flight settles (rolls back, or commits if Redis had answered it).
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let pending_early = pending_count(&pool).await;
     assert!(pending_early > 0);
     // Redis stays down 3 s: nothing may be deleted, and no row may count an attempt.
@@ -511,7 +511,7 @@ async fn stalled_redis_times_out_rolls_back_and_resumes(pool: PgPool) {
     proxy.stall();
     let stalled = Instant::now();
     let mut longest_tx = 0f64;
-    let mut pending_at_1s = None;
+    let mut pending_settled = None;
     while stalled.elapsed() < Duration::from_secs(10) {
         let (_, age) = relay_transactions(&pool).await;
         longest_tx = longest_tx.max(age);
@@ -521,15 +521,16 @@ async fn stalled_redis_times_out_rolls_back_and_resumes(pool: PgPool) {
             "a stall counted an attempt"
         );
         assert_eq!(dead_count(&pool).await, 0);
-        if pending_at_1s.is_none() && stalled.elapsed() > Duration::from_millis(1500) {
-            pending_at_1s = Some(pending_count(&pool).await);
+        // By now the batch in flight when the stall began has timed out (1 s) and rolled back.
+        if pending_settled.is_none() && stalled.elapsed() > Duration::from_millis(2500) {
+            pending_settled = Some(pending_count(&pool).await);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let pending_stalled = pending_count(&pool).await;
     assert_eq!(
         Some(pending_stalled),
-        pending_at_1s,
+        pending_settled,
         "rows deleted while Redis hung"
     );
     assert!(pending_stalled > 0);
@@ -621,7 +622,7 @@ async fn postgres_sessions_cut_mid_batch_lose_nothing(pool: PgPool) {
             0,
             "a cut counted an attempt"
         );
-        tokio::time::sleep(Duration::from_millis(rng.random_range(100..400))).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(50..250))).await;
     }
     println!("cut {cuts} times; {in_tx} sessions terminated inside a transaction");
     assert!(
@@ -948,6 +949,81 @@ async fn shutdown_timeout_cuts_off_a_hung_batch_and_loses_nothing(pool: PgPool) 
     assert_eq!(dbsize(&ns).await, 0);
 }
 
+/// A relay frozen mid-batch (SIGSTOP: its sockets stay open, so Postgres sees no disconnect)
+/// holds its claimed rows only until `idle_in_transaction_session_timeout` (push timeout +
+/// statement timeout, here 1 s + 15 s) ends its session; then another relay delivers them.
+#[sqlx::test]
+async fn a_frozen_relay_gives_its_rows_up_after_the_idle_transaction_timeout(pool: PgPool) {
+    const ROWS: i64 = 50_000;
+    let redis = RedisServer::start();
+    let ns = Namespace::on(&redis.url());
+    let db = database_url_of(&pool).await;
+    let inserted = insert_bulk(&pool, ROWS).await;
+    let mut logs = Logs::new();
+    let args = ["--push-timeout", "1s"];
+    let mut frozen = logs.start(&db, &redis.url(), &ns, &args);
+
+    // Freeze it while one of its batches is between claim and commit.
+    let started = Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never caught a batch in hand"
+        );
+        assert!(pending_count(&pool).await > 0, "drained before the freeze");
+        if relay_transactions(&pool).await.0 > 0 {
+            frozen.child.signal("STOP");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if relay_transactions(&pool).await.0 > 0 {
+                break;
+            }
+            frozen.child.signal("CONT");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let froze = Instant::now();
+    let mut other = logs.start(&db, &redis.url(), &ns, &args);
+    // The other relay takes every row but the locked ones (SKIP LOCKED): none is claimable, and
+    // the count holds still (no batch of the other relay in flight) ...
+    let waiting = Instant::now();
+    let mut last = None;
+    let locked = loop {
+        assert!(
+            waiting.elapsed() < drain_deadline(ROWS as u64),
+            "the other relay stalled"
+        );
+        let unlocked: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT 1 FROM pending_jobs FOR UPDATE SKIP LOCKED) t",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        let pending = pending_count(&pool).await;
+        if unlocked == 0 && last == Some(pending) {
+            break pending;
+        }
+        last = (unlocked == 0).then_some(pending);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // Two workers of at most one 1,000-row batch each.
+    assert!(
+        (1..=2_000).contains(&locked),
+        "{locked} rows held by the frozen relay"
+    );
+    // ... which come free when Postgres ends the frozen session, not before.
+    wait_drained_to(&pool, 0).await;
+    let held = froze.elapsed();
+    println!("a frozen relay held {locked} rows for {held:?}");
+    assert!(held > Duration::from_secs(10), "freed after only {held:?}");
+    frozen.child.kill9().await;
+    let (code, _) = other.terminate(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0));
+    let in_redis = list_uuids(&ns, "queue:default").await;
+    tally(&inserted, &in_redis, &HashSet::new()).assert_exactly_once();
+    assert_eq!(in_redis.len(), ROWS as usize);
+    assert_eq!(dead_count(&pool).await, 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Transient classes: READONLY and MASTERDOWN; outages of either dependency.
 // ---------------------------------------------------------------------------------------------
@@ -1061,7 +1137,8 @@ async fn outages_are_logged_once_and_retried_at_a_bounded_rate(pool: PgPool) {
         let before = proxy.accepted();
         proxy.set_mode(Mode::Reject);
         let down = Instant::now();
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // The batch in flight fails and rolls back.
+        tokio::time::sleep(Duration::from_secs(1)).await;
         let pending_down = pending_count(&pool).await;
         while down.elapsed() < Duration::from_secs(4) {
             assert_eq!(
