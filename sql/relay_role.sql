@@ -72,6 +72,11 @@ BEGIN
     GRANT UPDATE (available_at) ON public.pending_jobs TO jobrelay_relay;
     GRANT SELECT, INSERT ON public.pending_jobs_dead TO jobrelay_relay;
     GRANT SELECT ON public._sqlx_migrations TO jobrelay_relay;
+    -- The wake-up lease (migration 3): a busy relay tells producers to skip NOTIFY. The
+    -- insert trigger reads it as its owner (SECURITY DEFINER), so producers need no grant.
+    IF to_regclass('public.jobrelay_wakeup') IS NOT NULL THEN
+        GRANT SELECT, INSERT, UPDATE ON public.jobrelay_wakeup TO jobrelay_relay;
+    END IF;
 
     -- The producer API inserts with RETURNING (SELECT) and, on the fast path, locks its own
     -- rows FOR UPDATE and deletes them.

@@ -39,7 +39,10 @@ pub fn main() -> ExitCode {
         }
     };
     logging::init(config.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("jobrelay: cannot start the runtime: {e}");
@@ -52,12 +55,28 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            let msg = format!("{e:#}");
-            tracing::error!(error = %msg, "jobrelay failed");
+            let msg = error_chain(&e);
             eprintln!("jobrelay: {}", redact::scrub(&msg));
             ExitCode::from(1)
         }
     }
+}
+
+/// The error and its causes, each cause shown only if the text so far does not already say it
+/// (library errors often repeat their source's message).
+pub fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 async fn dispatch(command: Option<Command>, config: Config) -> Result<ExitCode> {
@@ -65,7 +84,7 @@ async fn dispatch(command: Option<Command>, config: Config) -> Result<ExitCode> 
         None if config.sweep => run_sweep(&config).await,
         None => run_daemon(&config, shutdown_signal()).await,
         Some(Command::Migrate) => {
-            let pool = db::lazy_pool(config.pg_options()?, 1);
+            let pool = db::checked_pool(config.pg_options()?, 1, STATEMENT_TIMEOUT).await?;
             db::migrate(&pool, &config.table)
                 .await
                 .context("applying migrations")?;
@@ -74,7 +93,7 @@ async fn dispatch(command: Option<Command>, config: Config) -> Result<ExitCode> 
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Status { json }) => {
-            let pool = db::lazy_pool(config.pg_options()?, 1);
+            let pool = db::checked_pool(config.pg_options()?, 1, STATEMENT_TIMEOUT).await?;
             let s = status::status(&pool, &config.table)
                 .await
                 .context("reading the backlog")?;
@@ -91,7 +110,7 @@ async fn dispatch(command: Option<Command>, config: Config) -> Result<ExitCode> 
 }
 
 async fn run_dead_letter(config: &Config, cmd: DeadLetterCommand) -> Result<ExitCode> {
-    let pool = db::lazy_pool(config.pg_options()?, 1);
+    let pool = db::checked_pool(config.pg_options()?, 1, STATEMENT_TIMEOUT).await?;
     let selection = |s: Selection| {
         if s.all {
             dead_letter::Selection::All
@@ -143,29 +162,46 @@ async fn run_dead_letter(config: &Config, cmd: DeadLetterCommand) -> Result<Exit
 async fn run_check(config: &Config) -> Result<ExitCode> {
     println!("config: ok ({})", describe(config));
     let mut ok = true;
-    let pool = db::lazy_pool(config.pg_options()?, 1);
-    match tokio::time::timeout(STATEMENT_TIMEOUT, db::schema_version(&pool)).await {
-        Ok(Ok(Some(v))) => {
+    let version = async {
+        let pool = db::checked_pool(config.pg_options()?, 1, STATEMENT_TIMEOUT).await?;
+        let version = db::schema_version(&pool).await?;
+        Ok::<_, anyhow::Error>((pool, version))
+    };
+    match tokio::time::timeout(STATEMENT_TIMEOUT, version).await {
+        Ok(Ok((pool, Some(v)))) => {
             let latest = db::latest_known_version();
-            let note = if v < latest { " (behind this binary: run `jobrelay migrate`)" } else { "" };
+            let note = if v < latest {
+                " (behind this binary: run `jobrelay migrate`)"
+            } else {
+                ""
+            };
             println!("postgres: ok, schema version {v}{note}");
             let probe = format!("SELECT 1 FROM {} LIMIT 0", config.table.pending());
             if let Err(e) = sqlx::query(&probe).execute(&pool).await {
                 ok = false;
-                println!("postgres: table {} unusable: {}", config.table, redact::scrub(&e.to_string()));
+                println!(
+                    "postgres: table {} unusable: {}",
+                    config.table,
+                    redact::scrub(&e.to_string())
+                );
             }
         }
-        Ok(Ok(None)) => {
+        Ok(Ok((_, None))) => {
             ok = false;
             println!("postgres: reachable, but no schema: run `jobrelay migrate`");
         }
         Ok(Err(e)) => {
             ok = false;
-            println!("postgres: {}", redact::scrub(&e.to_string()));
+            let msg = error_chain(&e);
+            let msg = msg.strip_prefix("postgres: ").unwrap_or(&msg);
+            println!("postgres: {}", redact::scrub(msg));
         }
         Err(_) => {
             ok = false;
-            println!("postgres: no answer within {}", humantime::format_duration(STATEMENT_TIMEOUT));
+            println!(
+                "postgres: no answer within {}",
+                humantime::format_duration(STATEMENT_TIMEOUT)
+            );
         }
     }
     let client = config.redis_client()?;
@@ -181,10 +217,17 @@ async fn run_check(config: &Config) -> Result<ExitCode> {
         }
         Err(_) => {
             ok = false;
-            println!("redis: no answer within {}", humantime::format_duration(config.push_timeout));
+            println!(
+                "redis: no answer within {}",
+                humantime::format_duration(config.push_timeout)
+            );
         }
     }
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn describe(c: &Config) -> String {
@@ -203,9 +246,9 @@ fn batch_settings(config: &Config) -> BatchSettings {
 }
 
 async fn run_sweep(config: &Config) -> Result<ExitCode> {
-    let pool = db::lazy_pool(config.pg_options()?, 2);
+    let pool = db::checked_pool(config.pg_options()?, 2, STATEMENT_TIMEOUT).await?;
     let client = config.redis_client()?;
-    let con = ConnectionManager::new(client)
+    let con = crate::redis_conn::connect(&client, config.push_timeout)
         .await
         .with_context(|| format!("connecting to redis at {}", config.redis_url))?;
     let sink = RedisSink::new(
@@ -236,13 +279,14 @@ pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}
@@ -257,12 +301,13 @@ pub async fn shutdown_signal() {
 /// Connects to Redis, retrying with backoff (an outage at start-up is waited out, logged once).
 async fn connect_redis(
     client: &redis::Client,
+    timeout: std::time::Duration,
     health: &Health,
     shutdown: &CancellationToken,
 ) -> Option<ConnectionManager> {
     let mut backoff = Backoff::transient();
     loop {
-        match ConnectionManager::new(client.clone()).await {
+        match crate::redis_conn::connect(client, timeout).await {
             Ok(con) => return Some(con),
             Err(e) => health.failed(Dependency::Redis, &e),
         }
@@ -320,13 +365,15 @@ pub async fn run_daemon(
         let pool = pool.clone();
         let table = config.table.clone();
         async move {
-            let Some(probe_con) = connect_redis(&client, &health, &shutdown).await else {
+            let Some(probe_con) = connect_redis(&client, config_push, &health, &shutdown).await
+            else {
                 return;
             };
             let mut sinks = Vec::with_capacity(workers);
             for _ in 0..workers {
                 // One connection per worker: a stalled push holds up only its own worker.
-                let Some(con) = connect_redis(&client, &health, &shutdown).await else {
+                let Some(con) = connect_redis(&client, config_push, &health, &shutdown).await
+                else {
                     return;
                 };
                 sinks.push(RedisSink::new(enqueuer.clone(), con, config_push));

@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::PgPool;
+use sqlx::{Connection, PgConnection, PgPool};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::table::TableName;
 
 /// The migrations in `migrations/`, embedded in the binary.
@@ -19,6 +19,19 @@ pub fn lazy_pool(opts: PgConnectOptions, max: u32) -> PgPool {
         .max_connections(max)
         .acquire_timeout(Duration::from_secs(10))
         .connect_lazy_with(opts)
+}
+
+/// Opens one connection first, so that a wrong password or an unreachable server fails at once
+/// with Postgres's own error (a pool would only say it timed out), then returns a lazy pool.
+pub async fn checked_pool(opts: PgConnectOptions, max: u32, timeout: Duration) -> Result<PgPool> {
+    let conn = tokio::time::timeout(timeout, PgConnection::connect_with(&opts))
+        .await
+        .map_err(|_| Error::Timeout {
+            what: "postgres connect",
+            after: timeout,
+        })??;
+    let _ = conn.close().await;
+    Ok(lazy_pool(opts, max))
 }
 
 /// Applies the embedded migrations; when `table` is not `pending_jobs`, also creates it, its

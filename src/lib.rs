@@ -29,6 +29,7 @@ pub mod http;
 pub mod job;
 pub mod producer;
 pub mod proto;
+pub mod redis_conn;
 pub mod relay;
 pub mod table;
 pub mod telemetry;

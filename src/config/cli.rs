@@ -56,7 +56,7 @@ pub struct Flags {
     /// Failed attempts before a row is dead-lettered [env: JOBRELAY_MAX_ATTEMPTS] [default: 25]
     #[arg(long, global = true, value_name = "N")]
     pub max_attempts: Option<String>,
-    /// Lifetime of the dedup marker jobs:<uuid>; 0 = never expires [env: JOBRELAY_DEDUP_TTL] [default: 15m]
+    /// Lifetime of the dedup marker `jobs:<uuid>`; 0 = never expires [env: JOBRELAY_DEDUP_TTL] [default: 15m]
     #[arg(long, global = true, value_name = "DURATION")]
     pub dedup_ttl: Option<String>,
     /// Metrics and probes listener, or `off` [env: JOBRELAY_HTTP_ADDR] [default: 0.0.0.0:9898]

@@ -7,6 +7,8 @@
 pub mod cli;
 mod source;
 
+pub use self::source::OPTIONS;
+
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -178,13 +180,15 @@ impl Config {
             None => None,
         };
 
-        let table = src.parse("table", |s| TableName::parse(s))?.unwrap_or_default();
+        let table = src.parse("table", TableName::parse)?.unwrap_or_default();
         let namespace = src
             .parse("namespace", |s| {
                 if s.len() > 128 {
                     Err("at most 128 bytes".to_owned())
                 } else if let Some(c) = s.chars().find(|c| c.is_whitespace() || c.is_control()) {
-                    Err(format!("{s:?} contains {c:?}; whitespace and control characters are not allowed"))
+                    Err(format!(
+                        "{s:?} contains {c:?}; whitespace and control characters are not allowed"
+                    ))
                 } else {
                     Ok(s.to_owned())
                 }
@@ -283,12 +287,11 @@ impl Config {
     /// Postgres connection options: the URL plus the relay's session settings (statement and
     /// idle-in-transaction timeouts, server-side TCP keepalives, application name).
     pub fn pg_options(&self) -> Result<PgConnectOptions, ConfigError> {
-        let opts = PgConnectOptions::from_str(self.database_url.expose()).map_err(|_| {
-            ConfigError {
+        let opts =
+            PgConnectOptions::from_str(self.database_url.expose()).map_err(|_| ConfigError {
                 culprit: "--database-url".into(),
                 reason: format!("{} is not a valid Postgres URL", self.database_url),
-            }
-        })?;
+            })?;
         Ok(session_settings(opts, self.idle_in_transaction_timeout()))
     }
 
@@ -312,11 +315,19 @@ pub fn session_settings(opts: PgConnectOptions, idle_in_tx: Duration) -> PgConne
         .map(str::to_owned)
         .unwrap_or_else(|| "jobrelay".to_owned());
     opts.application_name(&application_name).options([
-        ("statement_timeout", format!("{}", STATEMENT_TIMEOUT.as_millis())),
+        (
+            "statement_timeout",
+            format!("{}", STATEMENT_TIMEOUT.as_millis()),
+        ),
         (
             "idle_in_transaction_session_timeout",
             format!("{}", idle_in_tx.as_millis()),
         ),
+        // The relay's commits only delete rows whose jobs Redis already holds. If Postgres
+        // crashes before such a commit reaches disk, the rows come back and are pushed again,
+        // and the dedup marker turns that push into `duplicate`: waiting for the WAL flush on
+        // every batch would buy nothing but latency. (Producers' commits are untouched.)
+        ("synchronous_commit", "off".to_owned()),
         // The server notices a relay that vanished without closing its socket.
         ("tcp_keepalives_idle", "10".to_owned()),
         ("tcp_keepalives_interval", "5".to_owned()),
@@ -336,20 +347,26 @@ fn check_database_url(url: &str, origin: &Origin) -> Result<(), ConfigError> {
             redact::redact_url(url)
         )));
     }
-    PgConnectOptions::from_str(url)
-        .map(|_| ())
-        .map_err(|e| bad(format!("{}: {}", redact::redact_url(url), redact::scrub(&e.to_string()))))
+    PgConnectOptions::from_str(url).map(|_| ()).map_err(|e| {
+        bad(format!(
+            "{}: {}",
+            redact::redact_url(url),
+            redact::scrub(&e.to_string())
+        ))
+    })
 }
 
 fn check_redis_url(url: &str, origin: &Origin) -> Result<(), ConfigError> {
-    redis::Client::open(url).map(|_| ()).map_err(|e| ConfigError {
-        culprit: origin.to_string(),
-        reason: format!(
-            "{} is not a Redis URL (redis://[user:password@]host:6379[/db] or rediss://): {}",
-            redact::redact_url(url),
-            redact::scrub(&e.to_string())
-        ),
-    })
+    redis::Client::open(url)
+        .map(|_| ())
+        .map_err(|e| ConfigError {
+            culprit: origin.to_string(),
+            reason: format!(
+                "{} is not a Redis URL (redis://[user:password@]host:6379[/db] or rediss://): {}",
+                redact::redact_url(url),
+                redact::scrub(&e.to_string())
+            ),
+        })
 }
 
 fn redis_tls_client(url: &str, ca_pem: &[u8]) -> redis::RedisResult<redis::Client> {
@@ -404,10 +421,16 @@ fn duration_at_least(s: &str, min: Duration) -> Result<Duration, String> {
 fn duration_between(s: &str, min: Duration, max: Duration) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d < min {
-        return Err(format!("{s:?} is shorter than {}", humantime::format_duration(min)));
+        return Err(format!(
+            "{s:?} is shorter than {}",
+            humantime::format_duration(min)
+        ));
     }
     if d > max {
-        return Err(format!("{s:?} is longer than {}", humantime::format_duration(max)));
+        return Err(format!(
+            "{s:?} is longer than {}",
+            humantime::format_duration(max)
+        ));
     }
     Ok(d)
 }

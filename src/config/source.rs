@@ -8,23 +8,47 @@ use super::cli::Flags;
 use super::ConfigError;
 use crate::telemetry::redact;
 
-/// Every option: TOML key, flag, environment variable.
-pub(crate) const OPTIONS: &[(&str, &str, Option<&str>)] = &[
+/// Every option: TOML key, flag, environment variable (None: flag and file only).
+pub const OPTIONS: &[(&str, &str, Option<&str>)] = &[
     ("database_url", "--database-url", Some("DATABASE_URL")),
-    ("database_url_file", "--database-url-file", Some("DATABASE_URL_FILE")),
+    (
+        "database_url_file",
+        "--database-url-file",
+        Some("DATABASE_URL_FILE"),
+    ),
     ("redis_url", "--redis-url", Some("REDIS_URL")),
     ("redis_url_file", "--redis-url-file", Some("REDIS_URL_FILE")),
-    ("redis_ca_file", "--redis-ca-file", Some("JOBRELAY_REDIS_CA_FILE")),
+    (
+        "redis_ca_file",
+        "--redis-ca-file",
+        Some("JOBRELAY_REDIS_CA_FILE"),
+    ),
     ("table", "--table", Some("JOBRELAY_TABLE")),
     ("namespace", "--namespace", Some("JOBRELAY_NAMESPACE")),
     ("batch_size", "--batch-size", Some("JOBRELAY_BATCH_SIZE")),
     ("workers", "--workers", Some("JOBRELAY_WORKERS")),
-    ("poll_interval", "--poll-interval", Some("JOBRELAY_POLL_INTERVAL")),
-    ("max_attempts", "--max-attempts", Some("JOBRELAY_MAX_ATTEMPTS")),
+    (
+        "poll_interval",
+        "--poll-interval",
+        Some("JOBRELAY_POLL_INTERVAL"),
+    ),
+    (
+        "max_attempts",
+        "--max-attempts",
+        Some("JOBRELAY_MAX_ATTEMPTS"),
+    ),
     ("dedup_ttl", "--dedup-ttl", Some("JOBRELAY_DEDUP_TTL")),
     ("http_addr", "--http-addr", Some("JOBRELAY_HTTP_ADDR")),
-    ("shutdown_timeout", "--shutdown-timeout", Some("JOBRELAY_SHUTDOWN_TIMEOUT")),
-    ("push_timeout", "--push-timeout", Some("JOBRELAY_PUSH_TIMEOUT")),
+    (
+        "shutdown_timeout",
+        "--shutdown-timeout",
+        Some("JOBRELAY_SHUTDOWN_TIMEOUT"),
+    ),
+    (
+        "push_timeout",
+        "--push-timeout",
+        Some("JOBRELAY_PUSH_TIMEOUT"),
+    ),
     ("log_format", "--log-format", Some("JOBRELAY_LOG_FORMAT")),
     ("older_than", "--older-than", None),
 ];
@@ -46,6 +70,9 @@ impl fmt::Display for Origin {
         }
     }
 }
+
+/// A value and where it came from, if the source has one.
+type Found = Option<(String, Origin)>;
 
 pub(crate) struct Sources<'a> {
     flags: HashMap<&'static str, String>,
@@ -178,7 +205,7 @@ impl<'a> Sources<'a> {
         var: &str,
     ) -> Result<Option<(String, Origin)>, ConfigError> {
         let file_key: &'static str = option(&format!("{key}_file")).0;
-        let levels: [(Option<(String, Origin)>, Option<(String, Origin)>); 3] = [
+        let levels: [(Found, Found); 3] = [
             (self.at_flag(key), self.at_flag(file_key)),
             (self.at_env(key), self.at_env(file_key)),
             (self.at_file(key), self.at_file(file_key)),

@@ -63,12 +63,14 @@ impl<S: JobSink> Batcher<S> {
     /// again with its attempts unchanged.
     pub async fn run_once(&self, older_than: Option<Duration>) -> Result<Report> {
         let started = Instant::now();
-        let mut tx = self
-            .bounded("postgres begin", self.pool.begin())
-            .await?;
-        let report = self.claim_push_settle(&mut tx, older_than).await?;
+        let mut tx = self.bounded("postgres begin", self.pool.begin()).await?;
+        let begun = started.elapsed();
+        let mut report = self.claim_push_settle(&mut tx, older_than).await?;
+        report.stages.begin = begun;
         if report.claimed > 0 {
+            let committing = Instant::now();
             self.bounded("postgres commit", tx.commit()).await?;
+            report.stages.commit = committing.elapsed();
             metrics::batch_duration(started.elapsed());
             tracing::debug!(
                 claimed = report.claimed,
@@ -94,6 +96,7 @@ impl<S: JobSink> Batcher<S> {
         conn: &mut PgConnection,
         older_than: Option<Duration>,
     ) -> Result<Report> {
+        let claiming = Instant::now();
         let mut rows: Vec<PendingRow> = self
             .bounded(
                 "postgres claim",
@@ -107,6 +110,7 @@ impl<S: JobSink> Batcher<S> {
             claimed: rows.len() as u64,
             ..Report::default()
         };
+        report.stages.claim = claiming.elapsed();
         if rows.is_empty() {
             return Ok(report);
         }
@@ -121,7 +125,8 @@ impl<S: JobSink> Batcher<S> {
                     metas.push(meta);
                     jobs.push(job);
                 }
-                Err((mut row, e)) => {
+                Err(failed_row) => {
+                    let (mut row, e) = *failed_row;
                     // A failed attempt like any other, though the last one (SPEC 5.4).
                     row.attempts = row.attempts.saturating_add(1);
                     report.invalid += 1;
@@ -134,6 +139,7 @@ impl<S: JobSink> Batcher<S> {
             }
         }
 
+        let pushing = Instant::now();
         let results = if jobs.is_empty() {
             Vec::new()
         } else {
@@ -185,7 +191,10 @@ impl<S: JobSink> Batcher<S> {
                         }
                     };
                     tracing::debug!(uuid = %job.uuid, id = meta.id, attempts, error = %e, "job failed");
-                    let meta = RowMeta { id: meta.id, attempts };
+                    let meta = RowMeta {
+                        id: meta.id,
+                        attempts,
+                    };
                     failed.push(Failed {
                         row: PendingRow::from_job(meta, job),
                         error: e.to_string(),
@@ -202,8 +211,11 @@ impl<S: JobSink> Batcher<S> {
         if let Some(first) = first_refusal {
             tracing::warn!(refused = report.refused, first_error = %first, "jobs refused by redis; kept for retry");
         }
+        report.stages.push = pushing.elapsed();
         if !failed.is_empty() {
+            let settling = Instant::now();
             self.settle_failures(conn, failed, &mut report).await?;
+            report.stages.settle = settling.elapsed();
         }
         Ok(report)
     }
@@ -223,7 +235,8 @@ impl<S: JobSink> Batcher<S> {
         if !dead.is_empty() {
             let n = dead.len() as u64;
             let first = dead[0].error.clone();
-            self.hand_back(conn, &self.queries.dead_letter, dead).await?;
+            self.hand_back(conn, &self.queries.dead_letter, dead)
+                .await?;
             report.dead_lettered += n;
             metrics::dead_lettered(n);
             tracing::warn!(rows = n, first_error = %first, "rows moved to the dead-letter table");

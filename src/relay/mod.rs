@@ -2,12 +2,13 @@
 //!
 //! - [`batch`]: one step (claim, push, delete or hand back, commit): [`Batcher::run_once`].
 //! - [`worker`]: the daemon's loop over that step, woken by [`wakeup`] or the poll interval.
-//! - [`sweep`]: the one-shot recovery sweep over the same step.
+//! - [`mod@sweep`]: the one-shot recovery sweep over the same step.
 //! - [`sink`]: the seam to Redis ([`JobSink`], [`RedisSink`]).
 //! - [`health`], [`probe`]: dependency state for logs, probes and `jobrelay_up`.
 
 pub mod batch;
 pub mod health;
+pub mod lease;
 pub mod probe;
 pub mod queries;
 pub mod report;
@@ -57,9 +58,17 @@ pub fn spawn<S: JobSink + 'static>(
     shutdown: CancellationToken,
 ) {
     let (wake_tx, wake_rx) = watch::channel(0u64);
+    let activity = Arc::new(lease::Activity::default());
     tracker.spawn(wakeup::listen(
         pool.clone(),
         settings.table.channel(),
+        wake_tx.clone(),
+        shutdown.clone(),
+    ));
+    tracker.spawn(lease::keep_awake(
+        pool.clone(),
+        settings.table.clone(),
+        activity.clone(),
         wake_tx,
         shutdown.clone(),
     ));
@@ -72,6 +81,7 @@ pub fn spawn<S: JobSink + 'static>(
             settings.batch.batch_size,
             settings.poll_interval,
             wake_rx.clone(),
+            activity.clone(),
             health.clone(),
             shutdown.clone(),
         ));

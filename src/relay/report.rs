@@ -1,6 +1,7 @@
 //! What a batch, or a sweep, did.
 
 use std::fmt;
+use std::time::Duration;
 
 use crate::enqueue::Outcome;
 
@@ -18,6 +19,23 @@ pub struct Report {
     pub invalid: u64,
     /// Rows moved to the dead-letter table.
     pub dead_lettered: u64,
+    /// Where the time went (summed over batches): for benchmarks and profiling.
+    pub stages: StageTimes,
+}
+
+/// Time spent per stage of a batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StageTimes {
+    /// BEGIN (including acquiring a pooled connection).
+    pub begin: Duration,
+    /// The claim statement (DELETE ... RETURNING), rows decoded.
+    pub claim: Duration,
+    /// Building the jobs and the Redis push, results checked.
+    pub push: Duration,
+    /// Handing failed rows back or to the dead letters.
+    pub settle: Duration,
+    /// COMMIT.
+    pub commit: Duration,
 }
 
 impl Report {
@@ -45,6 +63,11 @@ impl Report {
         self.refused += other.refused;
         self.invalid += other.invalid;
         self.dead_lettered += other.dead_lettered;
+        self.stages.begin += other.stages.begin;
+        self.stages.claim += other.stages.claim;
+        self.stages.push += other.stages.push;
+        self.stages.settle += other.stages.settle;
+        self.stages.commit += other.stages.commit;
     }
 }
 
@@ -52,7 +75,11 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "claimed={}", self.claimed)?;
         for o in Outcome::ALL {
-            let name = if o == Outcome::Duplicate { "duplicates" } else { o.as_str() };
+            let name = if o == Outcome::Duplicate {
+                "duplicates"
+            } else {
+                o.as_str()
+            };
             write!(f, " {name}={}", self.outcome(o))?;
         }
         write!(

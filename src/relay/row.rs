@@ -34,10 +34,10 @@ pub(crate) struct RowMeta {
 
 impl PendingRow {
     /// The row's job, or why it can never be one (permanent). On failure the row comes back.
-    pub fn into_job(self) -> std::result::Result<(RowMeta, Job), (PendingRow, Error)> {
+    pub fn into_job(self) -> std::result::Result<(RowMeta, Job), Box<(PendingRow, Error)>> {
         let headers = match parse_headers(&self.headers) {
             Ok(h) => h,
-            Err(e) => return Err((self, e)),
+            Err(e) => return Err(Box::new((self, e))),
         };
         let meta = RowMeta {
             id: self.id,
@@ -57,7 +57,7 @@ impl PendingRow {
         };
         match job.validate() {
             Ok(()) => Ok((meta, job)),
-            Err(e) => Err((PendingRow::from_job(meta, &job), e)),
+            Err(e) => Err(Box::new((PendingRow::from_job(meta, &job), e))),
         }
     }
 
@@ -85,10 +85,6 @@ pub(crate) fn parse_headers(text: &str) -> Result<BTreeMap<String, String>> {
     if text == "{}" {
         return Ok(BTreeMap::new());
     }
-    serde_json::from_str(text).map_err(|e| {
-        Error::invalid(
-            "headers",
-            format!("must be a JSON object of strings ({e})"),
-        )
-    })
+    serde_json::from_str(text)
+        .map_err(|e| Error::invalid("headers", format!("must be a JSON object of strings ({e})")))
 }

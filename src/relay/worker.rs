@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::batch::Batcher;
 use super::health::{Dependency, Health};
+use super::lease::Activity;
 use super::sink::JobSink;
 use crate::backoff::Backoff;
 
@@ -20,6 +21,7 @@ pub async fn work<S: JobSink>(
     batch_size: usize,
     poll_interval: Duration,
     mut wake: watch::Receiver<u64>,
+    activity: Arc<Activity>,
     health: Arc<Health>,
     shutdown: CancellationToken,
 ) {
@@ -33,6 +35,9 @@ pub async fn work<S: JobSink>(
         let idle_wait = match batcher.run_once(None).await {
             Ok(report) => {
                 backoff.reset();
+                if report.claimed > 0 {
+                    activity.mark();
+                }
                 health.ok_at(Dependency::Postgres, started);
                 if report.delivered() > 0 {
                     health.ok_at(Dependency::Redis, started);

@@ -147,17 +147,14 @@ impl Drop for Namespace {
             if let Ok(client) = redis::Client::open(url.as_str()) {
                 if let Ok(mut con) = client.get_connection() {
                     let mut cursor: u64 = 0;
-                    loop {
-                        let Ok((next, keys)): Result<(u64, Vec<String>), _> = redis::cmd("SCAN")
-                            .arg(cursor)
-                            .arg("MATCH")
-                            .arg(format!("{prefix}*"))
-                            .arg("COUNT")
-                            .arg(1000)
-                            .query(&mut con)
-                        else {
-                            break;
-                        };
+                    while let Ok((next, keys)) = redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(format!("{prefix}*"))
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query::<(u64, Vec<String>)>(&mut con)
+                    {
                         if !keys.is_empty() {
                             let _: Result<(), _> = redis::cmd("DEL").arg(&keys).query(&mut con);
                         }

@@ -1,0 +1,607 @@
+//! The relay benchmark: prints one JSON object with
+//!
+//! - `drain`: COPY `BENCH_ROWS` rows (default 200,000; 200-byte payloads over 8 queues), start
+//!   the relay with the binary's default settings, time until the table is empty and every job
+//!   is in Redis; rows/s and relay CPU seconds per 100,000 jobs;
+//! - `naive`: `BENCH_NAIVE_ROWS` rows (default 10,000) through a naive relay written here (one
+//!   row per transaction, one Redis round trip per job, same enqueue script and dedup); rows/s,
+//!   and the ratio drain/naive;
+//! - `latency`: a producer commits `BENCH_RATE` jobs/s (default 2,000, one row per transaction)
+//!   for `BENCH_SECONDS` (default 20) while the relay runs and a consumer BRPOPs; per job, the
+//!   time from the producer's commit returning to the pop: p50, p99, max;
+//! - `notify_cost`: single-row insert rate of 8 producers with the notify trigger and without,
+//!   the relay running (so its wake-up lease is in play, as in production).
+//!
+//! ```text
+//! cargo run --release --example bench
+//! BENCH_ROWS=20000 BENCH_SECONDS=5 cargo run --release --example bench
+//! ```
+//!
+//! It works in a database of its own (`jobrelay_bench_<random>`, created next to `DATABASE_URL`,
+//! default `postgres://postgres@127.0.0.1:5432/postgres`, dropped at the end) and a Redis
+//! namespace of its own (`bench<random>:` on `REDIS_URL`, deleted at the end). `BENCH_WORKERS`
+//! and `BENCH_BATCH_SIZE` override the relay defaults.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use jobrelay::config::{DEFAULT_BATCH_SIZE, DEFAULT_WORKERS, STATEMENT_TIMEOUT};
+use jobrelay::relay::{self, BatchSettings, Health, RedisSink, RelaySettings};
+use jobrelay::{Enqueuer, Job, TableName};
+use serde_json::json;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgConnection, PgPool};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+const QUEUES: usize = 8;
+const PAYLOAD_BYTES: usize = 200;
+
+struct Args {
+    database_url: String,
+    redis_url: String,
+    rows: usize,
+    naive_rows: usize,
+    rate: usize,
+    seconds: f64,
+    insert_seconds: f64,
+    workers: usize,
+    batch_size: usize,
+}
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| default.to_owned())
+}
+
+fn env_num<T: std::str::FromStr>(name: &str, default: T) -> Result<T, BoxError>
+where
+    T::Err: std::fmt::Display,
+{
+    match std::env::var(name).ok().filter(|s| !s.is_empty()) {
+        None => Ok(default),
+        Some(v) => v.parse().map_err(|e| format!("{name}={v:?}: {e}").into()),
+    }
+}
+
+impl Args {
+    fn from_env() -> Result<Self, BoxError> {
+        Ok(Args {
+            database_url: env_or(
+                "DATABASE_URL",
+                "postgres://postgres@127.0.0.1:5432/postgres",
+            ),
+            redis_url: env_or("REDIS_URL", "redis://127.0.0.1:6379"),
+            rows: env_num("BENCH_ROWS", 200_000)?,
+            naive_rows: env_num("BENCH_NAIVE_ROWS", 10_000)?,
+            rate: env_num("BENCH_RATE", 2_000)?,
+            seconds: env_num("BENCH_SECONDS", 20.0)?,
+            insert_seconds: env_num("BENCH_INSERT_SECONDS", 4.0)?,
+            workers: env_num("BENCH_WORKERS", DEFAULT_WORKERS)?,
+            batch_size: env_num("BENCH_BATCH_SIZE", DEFAULT_BATCH_SIZE)?,
+        })
+    }
+}
+
+/// The bench's own database and namespace, removed by `cleanup`.
+struct Sandbox {
+    admin_url: String,
+    db_name: String,
+    pool: PgPool,
+    db_url: String,
+    redis: redis::Client,
+    namespace: String,
+}
+
+impl Sandbox {
+    async fn create(args: &Args) -> Result<Self, BoxError> {
+        let tag = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
+        let db_name = format!("jobrelay_bench_{tag}");
+        let mut admin = PgConnection::connect(&args.database_url).await?;
+        sqlx::query(&format!("CREATE DATABASE {db_name}"))
+            .execute(&mut admin)
+            .await?;
+        admin.close().await?;
+        let mut url = url::Url::parse(&args.database_url)?;
+        url.set_path(&format!("/{db_name}"));
+        let db_url = url.to_string();
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .connect(&db_url)
+            .await?;
+        jobrelay::db::migrate(&pool, &TableName::default()).await?;
+        Ok(Sandbox {
+            admin_url: args.database_url.clone(),
+            db_name,
+            pool,
+            db_url,
+            redis: redis::Client::open(args.redis_url.as_str())?,
+            namespace: format!("bench{tag}:"),
+        })
+    }
+
+    async fn cleanup(self) {
+        self.pool.close().await;
+        if let Ok(mut con) = self.redis.get_multiplexed_async_connection().await {
+            let mut cursor = 0u64;
+            loop {
+                let r: Result<(u64, Vec<String>), _> = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(format!("{}*", self.namespace))
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query_async(&mut con)
+                    .await;
+                let Ok((next, keys)) = r else { break };
+                if !keys.is_empty() {
+                    let _: Result<(), _> =
+                        redis::cmd("UNLINK").arg(&keys).query_async(&mut con).await;
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        if let Ok(mut admin) = PgConnection::connect(&self.admin_url).await {
+            let _ = sqlx::query(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.db_name
+            ))
+            .execute(&mut admin)
+            .await;
+        }
+    }
+
+    async fn redis_con(&self) -> Result<redis::aio::MultiplexedConnection, BoxError> {
+        Ok(self.redis.get_multiplexed_async_connection().await?)
+    }
+
+    /// COPYs `n` rows: 200-byte payloads, round-robin over 8 queues named `<prefix>0..7`.
+    async fn copy_rows(&self, n: usize, prefix: &str) -> Result<(), BoxError> {
+        let mut conn = self.pool.acquire().await?;
+        let mut copy = conn
+            .copy_in_raw("COPY pending_jobs (queue, job_type, payload) FROM STDIN")
+            .await?;
+        let mut buf = String::with_capacity(1 << 20);
+        for i in 0..n {
+            let payload = format!("{{\"thing_id\":{i},\"pad\":\"");
+            let mut hex = String::with_capacity(PAYLOAD_BYTES * 2);
+            for b in payload
+                .bytes()
+                .chain(std::iter::repeat(b'x'))
+                .take(PAYLOAD_BYTES)
+            {
+                hex.push_str(&format!("{b:02x}"));
+            }
+            buf.push_str(&format!(
+                "{prefix}{}\tProcessThing\t\\\\x{hex}\n",
+                i % QUEUES
+            ));
+            if buf.len() > (1 << 20) {
+                copy.send(buf.as_bytes()).await?;
+                buf.clear();
+            }
+        }
+        copy.send(buf.as_bytes()).await?;
+        copy.finish().await?;
+        sqlx::query("ANALYZE pending_jobs")
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn jobs_in_queues(&self, prefix: &str) -> Result<usize, BoxError> {
+        let mut con = self.redis_con().await?;
+        let mut total = 0usize;
+        for q in 0..QUEUES {
+            let n: usize = redis::cmd("LLEN")
+                .arg(format!("{}queue:{prefix}{q}", self.namespace))
+                .query_async(&mut con)
+                .await?;
+            total += n;
+        }
+        Ok(total)
+    }
+
+    async fn table_empty(&self) -> Result<bool, BoxError> {
+        let any: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pending_jobs LIMIT 1")
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(any.is_none())
+    }
+}
+
+/// The relay with the binary's wiring (one pool, one Redis connection per worker).
+struct RunningRelay {
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+}
+
+async fn start_relay(sb: &Sandbox, args: &Args) -> Result<RunningRelay, BoxError> {
+    let opts = jobrelay::config::session_settings(sb.db_url.parse()?, Duration::from_secs(20));
+    let pool = jobrelay::db::lazy_pool(opts, args.workers as u32 + 2);
+    let enqueuer = Enqueuer::new(sb.namespace.clone(), Duration::from_secs(900));
+    let mut sinks = Vec::new();
+    for _ in 0..args.workers {
+        let con = jobrelay::redis_conn::connect(&sb.redis, Duration::from_secs(5)).await?;
+        sinks.push(RedisSink::new(
+            enqueuer.clone(),
+            con,
+            Duration::from_secs(5),
+        ));
+    }
+    let settings = RelaySettings {
+        table: TableName::default(),
+        batch: BatchSettings {
+            batch_size: args.batch_size,
+            max_attempts: 25,
+            statement_timeout: STATEMENT_TIMEOUT,
+        },
+        poll_interval: Duration::from_secs(1),
+    };
+    let tracker = TaskTracker::new();
+    let shutdown = CancellationToken::new();
+    relay::spawn(
+        &tracker,
+        &settings,
+        pool,
+        sinks,
+        Arc::new(Health::default()),
+        shutdown.clone(),
+    );
+    tracker.close();
+    Ok(RunningRelay { tracker, shutdown })
+}
+
+impl RunningRelay {
+    async fn stop(self) {
+        self.shutdown.cancel();
+        self.tracker.wait().await;
+    }
+}
+
+/// User + system CPU seconds of this process so far.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which is in parentheses): utime is the 14th field.
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // after ')' : state(0) ppid(1) ... utime is field 14 overall => index 11 here, stime 12.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+async fn wait_for<F, Fut>(what: &str, limit: Duration, mut cond: F) -> Result<(), BoxError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool, BoxError>>,
+{
+    let start = Instant::now();
+    while !cond().await? {
+        if start.elapsed() > limit {
+            return Err(format!("timed out after {limit:?} waiting for {what}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(())
+}
+
+async fn bench_drain(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, BoxError> {
+    sb.copy_rows(args.rows, "drain").await?;
+    let cpu0 = cpu_seconds();
+    let t0 = Instant::now();
+    let relay = start_relay(sb, args).await?;
+    wait_for("the drain", Duration::from_secs(600), || async {
+        Ok(sb.table_empty().await? && sb.jobs_in_queues("drain").await? == args.rows)
+    })
+    .await?;
+    let elapsed = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    relay.stop().await;
+    Ok(json!({
+        "rows": args.rows,
+        "seconds": round(elapsed, 3),
+        "rows_per_second": round(args.rows as f64 / elapsed, 0),
+        "relay_cpu_seconds_per_100k": round(cpu / args.rows as f64 * 100_000.0, 3),
+    }))
+}
+
+/// One worker's batches, run directly: where a batch's time goes, per 1,000 rows.
+async fn bench_stages(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, BoxError> {
+    let rows = (args.rows / 4).max(1);
+    sb.copy_rows(rows, "stages").await?;
+    let opts = jobrelay::config::session_settings(sb.db_url.parse()?, Duration::from_secs(20));
+    let pool = jobrelay::db::lazy_pool(opts, 2);
+    let con = jobrelay::redis_conn::connect(&sb.redis, Duration::from_secs(5)).await?;
+    let sink = RedisSink::new(
+        Enqueuer::new(sb.namespace.clone(), Duration::from_secs(900)),
+        con,
+        Duration::from_secs(5),
+    );
+    let batcher = relay::Batcher::new(
+        pool,
+        Arc::new(relay::Queries::new(&TableName::default())),
+        Arc::new(BatchSettings {
+            batch_size: args.batch_size,
+            max_attempts: 25,
+            statement_timeout: STATEMENT_TIMEOUT,
+        }),
+        sink,
+    );
+    let mut total = relay::Report::default();
+    let t0 = Instant::now();
+    loop {
+        let r = batcher.run_once(None).await?;
+        total.add(&r);
+        if r.claimed == 0 {
+            break;
+        }
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    let per_k = |d: Duration| {
+        round(
+            d.as_secs_f64() * 1000.0 / (total.claimed as f64 / 1000.0),
+            3,
+        )
+    };
+    let s = total.stages;
+    Ok(json!({
+        "rows": total.claimed,
+        "one_worker_rows_per_second": round(total.claimed as f64 / elapsed, 0),
+        "ms_per_1000_rows": {
+            "begin": per_k(s.begin),
+            "claim": per_k(s.claim),
+            "push": per_k(s.push),
+            "settle": per_k(s.settle),
+            "commit": per_k(s.commit),
+        },
+    }))
+}
+
+/// One row per transaction, one EVALSHA per job: what a straightforward relay does.
+async fn bench_naive(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, BoxError> {
+    sb.copy_rows(args.naive_rows, "naive").await?;
+    let enqueuer = Enqueuer::new(sb.namespace.clone(), Duration::from_secs(900));
+    let mut con = sb.redis_con().await?;
+    let mut conn = sb.pool.acquire().await?;
+    let t0 = Instant::now();
+    let mut n = 0usize;
+    loop {
+        let mut tx = conn.begin().await?;
+        let row: Option<(
+            i64,
+            uuid::Uuid,
+            String,
+            String,
+            Vec<u8>,
+            chrono::DateTime<chrono::Utc>,
+        )> = sqlx::query_as(
+            "SELECT id, uuid, queue, job_type, payload, created_at FROM pending_jobs
+                 WHERE available_at <= now() ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED",
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((id, uuid, queue, job_type, payload, created_at)) = row else {
+            break;
+        };
+        let job = Job {
+            uuid,
+            queue,
+            job_type,
+            payload,
+            parent_uuid: None,
+            predecessor_uuid: None,
+            dead_parent: false,
+            run_at: None,
+            created_at,
+            headers: Default::default(),
+        };
+        enqueuer.enqueue(&mut con, &job).await?;
+        sqlx::query("DELETE FROM pending_jobs WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        n += 1;
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    if n != args.naive_rows || sb.jobs_in_queues("naive").await? != args.naive_rows {
+        return Err("naive relay lost rows".into());
+    }
+    Ok(json!({
+        "rows": n,
+        "seconds": round(elapsed, 3),
+        "rows_per_second": round(n as f64 / elapsed, 0),
+    }))
+}
+
+async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, BoxError> {
+    let relay = start_relay(sb, args).await?;
+    let total = (args.rate as f64 * args.seconds) as usize;
+    let committed: Arc<Mutex<HashMap<uuid::Uuid, Instant>>> =
+        Arc::new(Mutex::new(HashMap::with_capacity(total)));
+    let popped: Arc<Mutex<HashMap<uuid::Uuid, Instant>>> =
+        Arc::new(Mutex::new(HashMap::with_capacity(total)));
+
+    // The consumer: BRPOP, decode, note the time.
+    let consumer = {
+        let popped = popped.clone();
+        let mut con = sb.redis_con().await?;
+        let key = format!("{}queue:latency", sb.namespace);
+        tokio::spawn(async move {
+            use prost::Message;
+            while popped.lock().unwrap().len() < total {
+                let r: Option<(String, Vec<u8>)> = redis::cmd("BRPOP")
+                    .arg(&key)
+                    .arg(1)
+                    .query_async(&mut con)
+                    .await
+                    .unwrap_or(None);
+                if let Some((_, bytes)) = r {
+                    let now = Instant::now();
+                    let job = jobrelay::proto::v1::Job::decode(bytes.as_slice()).expect("a job");
+                    let uuid: uuid::Uuid = job.uuid.parse().expect("a uuid");
+                    popped.lock().unwrap().insert(uuid, now);
+                }
+            }
+        })
+    };
+
+    // Producers: job i is due at t0 + i / rate. Each commit waits for its WAL flush, so it
+    // takes several connections (whose commits share flushes) to keep the schedule.
+    let producers = 16usize;
+    let t0 = Instant::now();
+    let interval = Duration::from_secs_f64(1.0 / args.rate as f64);
+    let mut handles = Vec::new();
+    for p in 0..producers {
+        let mut conn = sb.pool.acquire().await?.detach();
+        let committed = committed.clone();
+        handles.push(tokio::spawn(async move {
+            let mut i = p;
+            while i < total {
+                let due = t0 + interval * i as u32;
+                tokio::time::sleep_until(due.into()).await;
+                let uuid = uuid::Uuid::new_v4();
+                sqlx::query(
+                    "INSERT INTO pending_jobs (uuid, queue, job_type, payload)
+                     VALUES ($1, 'latency', 'Ping', '\\x00')",
+                )
+                .bind(uuid)
+                .execute(&mut conn)
+                .await
+                .expect("insert");
+                committed.lock().unwrap().insert(uuid, Instant::now());
+                i += producers;
+            }
+        }));
+    }
+    for h in handles {
+        h.await?;
+    }
+    let produce_secs = t0.elapsed().as_secs_f64();
+    tokio::time::timeout(Duration::from_secs(60), consumer).await??;
+    relay.stop().await;
+
+    let committed = committed.lock().unwrap();
+    let popped = popped.lock().unwrap();
+    let mut lat: Vec<f64> = committed
+        .iter()
+        .map(|(u, c)| {
+            let p = popped.get(u).expect("every job popped");
+            // The relay can push a row before its producer has even seen COMMIT return.
+            p.saturating_duration_since(*c).as_secs_f64() * 1000.0
+        })
+        .collect();
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let q = |p: f64| lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1];
+    Ok(json!({
+        "jobs": lat.len(),
+        "target_rate": args.rate,
+        "achieved_rate": round(lat.len() as f64 / produce_secs, 0),
+        "p50_ms": round(q(0.50), 3),
+        "p99_ms": round(q(0.99), 3),
+        "max_ms": round(*lat.last().unwrap_or(&0.0), 3),
+    }))
+}
+
+/// Single-row inserts by `PRODUCERS` concurrent producers for `seconds`, while the relay
+/// drains them (as in production); returns rows/s.
+async fn insert_rate(sb: &Sandbox, seconds: f64) -> Result<f64, BoxError> {
+    let stop = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut handles = Vec::new();
+    for _ in 0..PRODUCERS {
+        let mut conn = sb.pool.acquire().await?.detach();
+        handles.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < stop {
+                sqlx::query(
+                    "INSERT INTO pending_jobs (queue, job_type, payload) VALUES ('ins', 'X', '\\x00')",
+                )
+                .execute(&mut conn)
+                .await
+                .expect("insert");
+                n += 1;
+            }
+            n
+        }));
+    }
+    let mut n = 0;
+    for h in handles {
+        n += h.await?;
+    }
+    Ok(n as f64 / seconds)
+}
+
+const PRODUCERS: usize = 8;
+
+/// Producer insert rate with the notify trigger and without it, the relay running throughout.
+/// Alternates the two to spread drift (autovacuum, page cache) over both sides.
+async fn bench_notify_cost(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, BoxError> {
+    let relay = start_relay(sb, args).await?;
+    let half = args.insert_seconds / 2.0;
+    let (mut with, mut without) = (0.0, 0.0);
+    for _ in 0..2 {
+        with += insert_rate(sb, half).await?;
+        sqlx::query("ALTER TABLE pending_jobs DISABLE TRIGGER pending_jobs_notify")
+            .execute(&sb.pool)
+            .await?;
+        without += insert_rate(sb, half).await?;
+        sqlx::query("ALTER TABLE pending_jobs ENABLE TRIGGER pending_jobs_notify")
+            .execute(&sb.pool)
+            .await?;
+    }
+    relay.stop().await;
+    let (with, without) = (with / 2.0, without / 2.0);
+    Ok(json!({
+        "producers": PRODUCERS,
+        "inserts_per_second_with_trigger": round(with, 0),
+        "inserts_per_second_without_trigger": round(without, 0),
+        "overhead_percent": round((1.0 - with / without) * 100.0, 1),
+    }))
+}
+
+fn round(x: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (x * f).round() / f
+}
+
+async fn run(args: &Args, sb: &Sandbox) -> Result<serde_json::Value, BoxError> {
+    let drain = bench_drain(sb, args).await?;
+    let stages = bench_stages(sb, args).await?;
+    let naive = bench_naive(sb, args).await?;
+    let ratio = drain["rows_per_second"].as_f64().unwrap_or(0.0)
+        / naive["rows_per_second"].as_f64().unwrap_or(f64::INFINITY);
+    let latency = bench_latency(sb, args).await?;
+    let notify = bench_notify_cost(sb, args).await?;
+    Ok(json!({
+        "settings": {
+            "workers": args.workers,
+            "batch_size": args.batch_size,
+            "dedup": true,
+            "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        },
+        "drain": drain,
+        "stages": stages,
+        "naive": naive,
+        "drain_over_naive": round(ratio, 1),
+        "latency": latency,
+        "notify_cost": notify,
+    }))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let args = Args::from_env()?;
+    let sb = Sandbox::create(&args).await?;
+    let result = run(&args, &sb).await;
+    sb.cleanup().await;
+    println!("{}", serde_json::to_string_pretty(&result?)?);
+    Ok(())
+}

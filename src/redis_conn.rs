@@ -1,0 +1,25 @@
+//! Redis connections with bounded waits.
+//!
+//! redis-rs's `ConnectionManager` reconnects by itself, but its defaults wait without bound for
+//! a response and retry a failed connect for a long time. The relay has its own backoff and
+//! must notice an outage within `--push-timeout`, so its connections bound both.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+/// A self-reconnecting connection whose connect and each response are bounded by `timeout`,
+/// and whose own reconnect attempts are few and short (the caller backs off in between).
+pub async fn connect(
+    client: &redis::Client,
+    timeout: Duration,
+) -> redis::RedisResult<ConnectionManager> {
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(timeout)
+        .set_response_timeout(timeout)
+        .set_number_of_retries(1)
+        .set_exponent_base(2)
+        .set_factor(100)
+        .set_max_delay(1000);
+    ConnectionManager::new_with_config(client.clone(), config).await
+}
