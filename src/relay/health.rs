@@ -1,7 +1,11 @@
 //! What the relay knows about its dependencies, shared by workers, probes and metrics.
 //!
-//! Workers and the probe task report successes and failures here; the first failure after a
-//! success logs the outage once, and the first success after it logs the recovery once.
+//! Workers and the probe task report successes and failures here, each with the time its
+//! request was sent; the first failure after a success logs the outage once, and the first
+//! success after it logs the recovery once. A report about a request sent before the last
+//! change of state is old news and is ignored, so overlapping requests (two workers and the
+//! probe) cannot make one outage look like several. A recovery also wakes the workers that are
+//! backing off ([`Health::recoveries`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
