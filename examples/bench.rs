@@ -35,21 +35,23 @@ use sqlx::{Connection, PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// Any error, boxed.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const QUEUES: usize = 8;
 const PAYLOAD_BYTES: usize = 200;
 
-struct Args {
-    database_url: String,
-    redis_url: String,
-    rows: usize,
-    naive_rows: usize,
-    rate: usize,
-    seconds: f64,
-    insert_seconds: f64,
-    workers: usize,
-    batch_size: usize,
+/// What to run, and how big.
+pub struct Args {
+    pub database_url: String,
+    pub redis_url: String,
+    pub rows: usize,
+    pub naive_rows: usize,
+    pub rate: usize,
+    pub seconds: f64,
+    pub insert_seconds: f64,
+    pub workers: usize,
+    pub batch_size: usize,
 }
 
 fn env_or(name: &str, default: &str) -> String {
@@ -70,7 +72,8 @@ where
 }
 
 impl Args {
-    fn from_env() -> Result<Self, BoxError> {
+    /// Sizes from `BENCH_*` variables, defaults as documented above.
+    pub fn from_env() -> Result<Self, BoxError> {
         Ok(Args {
             database_url: env_or(
                 "DATABASE_URL",
@@ -596,12 +599,21 @@ async fn run(args: &Args, sb: &Sandbox) -> Result<serde_json::Value, BoxError> {
     }))
 }
 
+/// Runs the whole benchmark in a database and namespace of its own, removed afterwards even
+/// when a stage fails; returns the JSON report.
+pub async fn bench(args: &Args) -> Result<serde_json::Value, BoxError> {
+    let sb = Sandbox::create(args).await?;
+    let sandbox = json!({ "database": sb.db_name.clone(), "namespace": sb.namespace.clone() });
+    let result = run(args, &sb).await;
+    sb.cleanup().await;
+    let mut report = result?;
+    report["sandbox"] = sandbox;
+    Ok(report)
+}
+
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let args = Args::from_env()?;
-    let sb = Sandbox::create(&args).await?;
-    let result = run(&args, &sb).await;
-    sb.cleanup().await;
-    println!("{}", serde_json::to_string_pretty(&result?)?);
+    println!("{}", serde_json::to_string_pretty(&bench(&args).await?)?);
     Ok(())
 }

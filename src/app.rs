@@ -365,10 +365,13 @@ pub async fn run_daemon(
         let pool = pool.clone();
         let table = config.table.clone();
         async move {
-            let Some(probe_con) = connect_redis(&client, config_push, &health, &shutdown).await
-            else {
-                return;
-            };
+            tracker.spawn(relay::probe::probe(
+                pool.clone(),
+                client.clone(),
+                table,
+                health.clone(),
+                shutdown.clone(),
+            ));
             let mut sinks = Vec::with_capacity(workers);
             for _ in 0..workers {
                 // One connection per worker: a stalled push holds up only its own worker.
@@ -378,13 +381,6 @@ pub async fn run_daemon(
                 };
                 sinks.push(RedisSink::new(enqueuer.clone(), con, config_push));
             }
-            tracker.spawn(relay::probe::probe(
-                pool.clone(),
-                probe_con,
-                table,
-                health.clone(),
-                shutdown.clone(),
-            ));
             relay::spawn(&tracker, &settings, pool, sinks, health, shutdown);
         }
     };

@@ -77,8 +77,14 @@ mod tests {
         let mut nominal_ms = 100u64;
         for _ in 0..20 {
             let d = b.next_delay();
-            assert!(d >= Duration::from_millis(nominal_ms / 2), "{d:?} < half of {nominal_ms}ms");
-            assert!(d <= Duration::from_millis(nominal_ms), "{d:?} > {nominal_ms}ms");
+            assert!(
+                d >= Duration::from_millis(nominal_ms / 2),
+                "{d:?} < half of {nominal_ms}ms"
+            );
+            assert!(
+                d <= Duration::from_millis(nominal_ms),
+                "{d:?} > {nominal_ms}ms"
+            );
             nominal_ms = (nominal_ms * 2).min(30_000);
         }
         b.reset();

@@ -93,10 +93,9 @@ impl Error {
         match self {
             Error::InvalidJob { .. } | Error::Marshal { .. } => ErrorClass::Permanent,
             Error::Refused { .. } => ErrorClass::PerJob,
-            Error::Redis(_)
-            | Error::Database(_)
-            | Error::Migrate(_)
-            | Error::Timeout { .. } => ErrorClass::Transient,
+            Error::Redis(_) | Error::Database(_) | Error::Migrate(_) | Error::Timeout { .. } => {
+                ErrorClass::Transient
+            }
         }
     }
 

@@ -50,7 +50,10 @@ pub fn validate_queue(queue: &str) -> Result<()> {
     if queue.len() > MAX_QUEUE_LEN {
         return Err(Error::invalid(
             "queue",
-            format!("{} characters, at most {MAX_QUEUE_LEN} allowed", queue.len()),
+            format!(
+                "{} characters, at most {MAX_QUEUE_LEN} allowed",
+                queue.len()
+            ),
         ));
     }
     if let Some(c) = queue

@@ -95,11 +95,19 @@ pub async fn requeue(pool: &PgPool, table: &TableName, sel: &Selection) -> Resul
         t = table.pending(),
         cond = sel.condition()
     );
-    Ok(sel.bind(sqlx::query(&sql)).execute(pool).await?.rows_affected())
+    Ok(sel
+        .bind(sqlx::query(&sql))
+        .execute(pool)
+        .await?
+        .rows_affected())
 }
 
 /// Deletes the selected rows for good. Returns how many.
 pub async fn purge(pool: &PgPool, table: &TableName, sel: &Selection) -> Result<u64> {
     let sql = format!("DELETE FROM {} WHERE {}", table.dead(), sel.condition());
-    Ok(sel.bind(sqlx::query(&sql)).execute(pool).await?.rows_affected())
+    Ok(sel
+        .bind(sqlx::query(&sql))
+        .execute(pool)
+        .await?
+        .rows_affected())
 }

@@ -78,7 +78,11 @@ impl std::fmt::Display for Status {
             .oldest_pending_age_seconds
             .map(|a| format!("{a:.1}s"))
             .unwrap_or_else(|| "-".into());
-        writeln!(f, "pending {}  oldest {}  dead {}", self.pending, age, self.dead)?;
+        writeln!(
+            f,
+            "pending {}  oldest {}  dead {}",
+            self.pending, age, self.dead
+        )?;
         if !self.queues.is_empty() {
             writeln!(f, "{:<40} {:>12} {:>12}", "QUEUE", "PENDING", "DEAD")?;
             for (q, s) in &self.queues {

@@ -82,8 +82,9 @@ impl fmt::Debug for CaFile {
     }
 }
 
-/// Default Postgres URL: the local server.
-pub const DEFAULT_DATABASE_URL: &str = "postgres://127.0.0.1:5432/postgres";
+/// Default Postgres URL: the local server, as its conventional superuser (trust auth on a
+/// development machine; production always sets `DATABASE_URL`).
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 /// Default Redis URL.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// Default rows per batch (chosen by benchmark).

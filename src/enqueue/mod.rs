@@ -53,7 +53,11 @@ impl Enqueuer {
     }
 
     /// Enqueues one job; see [`Enqueuer::enqueue_batch`].
-    pub async fn enqueue<C: ConnectionLike + Send>(&self, con: &mut C, job: &Job) -> Result<Outcome> {
+    pub async fn enqueue<C: ConnectionLike + Send>(
+        &self,
+        con: &mut C,
+        job: &Job,
+    ) -> Result<Outcome> {
         let mut results = self.enqueue_batch(con, std::slice::from_ref(job)).await?;
         results.pop().expect("one result per job")
     }
@@ -86,7 +90,8 @@ impl Enqueuer {
                     self.add_job(&mut invocation, job, &buf);
                     sent.push(i);
                     if sent.len() == MAX_JOBS_PER_CALL {
-                        self.call(con, &invocation, &sent, jobs, &mut results).await?;
+                        self.call(con, &invocation, &sent, jobs, &mut results)
+                            .await?;
                         sent.clear();
                         invocation = self.new_invocation();
                     }
@@ -94,7 +99,8 @@ impl Enqueuer {
             }
         }
         if !sent.is_empty() {
-            self.call(con, &invocation, &sent, jobs, &mut results).await?;
+            self.call(con, &invocation, &sent, jobs, &mut results)
+                .await?;
         }
         Ok(results
             .into_iter()
@@ -139,12 +145,12 @@ impl Enqueuer {
         }
         for (&i, value) in sent.iter().zip(reply) {
             results[i] = Some(match value {
-                Value::Int(code) => Outcome::from_code(code).ok_or_else(|| {
-                    refused(&jobs[i], format!("unknown outcome code {code}"))
-                }),
-                Value::BulkString(msg) => {
-                    Err(refused(&jobs[i], String::from_utf8_lossy(&msg).into_owned()))
-                }
+                Value::Int(code) => Outcome::from_code(code)
+                    .ok_or_else(|| refused(&jobs[i], format!("unknown outcome code {code}"))),
+                Value::BulkString(msg) => Err(refused(
+                    &jobs[i],
+                    String::from_utf8_lossy(&msg).into_owned(),
+                )),
                 Value::SimpleString(msg) => Err(refused(&jobs[i], msg)),
                 other => Err(refused(&jobs[i], format!("unexpected reply {other:?}"))),
             });
@@ -177,8 +183,7 @@ fn refused(job: &Job, message: String) -> Error {
 /// must not count attempts against every row and dead-letter the backlog.
 pub fn is_transient(e: &redis::RedisError) -> bool {
     use redis::ErrorKind as K;
-    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
-    {
+    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
         return true;
     }
     match e.kind() {

@@ -97,6 +97,8 @@ pub async fn keep_awake(
     let mut leased = false;
     let mut renewed_at: Option<Instant> = None;
     let mut warned = false;
+    // While Postgres fails, wait as the workers do instead of polling every millisecond.
+    let mut backoff = crate::backoff::Backoff::transient();
     loop {
         if shutdown.is_cancelled() {
             if leased {
@@ -105,32 +107,39 @@ pub async fn keep_awake(
             return;
         }
         if activity.is_awake() {
+            let mut failed = false;
             if renewed_at.is_none_or(|t| t.elapsed() >= LEASE / 3) {
+                renewed_at = Some(Instant::now());
                 match renew(&pool, &channel).await {
-                    Ok(()) => {
-                        leased = true;
-                        renewed_at = Some(Instant::now());
+                    Ok(()) => leased = true,
+                    Err(sqlx::Error::Database(e)) if !warned => {
+                        // A role without privileges, or a schema before migration 3.
+                        warned = true;
+                        tracing::warn!(error = %e, "cannot hold the wake-up lease; producers keep notifying on every insert");
                     }
-                    Err(e) => {
-                        if !warned {
-                            warned = true;
-                            tracing::warn!(error = %e, "cannot hold the wake-up lease; producers keep notifying on every insert");
-                        }
-                        renewed_at = Some(Instant::now());
-                    }
+                    Err(_) => failed = true,
                 }
             }
-            if leased {
-                if let Ok(true) = sqlx::query_scalar::<_, bool>(&ready_sql)
+            if leased && !failed {
+                match sqlx::query_scalar::<_, bool>(&ready_sql)
                     .fetch_one(&pool)
                     .await
                 {
-                    bump();
+                    Ok(true) => bump(),
+                    Ok(false) => {}
+                    Err(_) => failed = true,
                 }
             }
+            let pause = if failed {
+                // Postgres is failing: the workers report it; this task keeps out of the way.
+                backoff.next_delay()
+            } else {
+                backoff.reset();
+                AWAKE_POLL
+            };
             tokio::select! {
                 _ = shutdown.cancelled() => {}
-                _ = tokio::time::sleep(AWAKE_POLL) => {}
+                _ = tokio::time::sleep(pause) => {}
             }
         } else if leased {
             if let Err(e) = lapse(&pool, &channel, &shutdown).await {

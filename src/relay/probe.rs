@@ -20,7 +20,7 @@ pub const BACKLOG_INTERVAL: Duration = Duration::from_secs(5);
 /// samples the backlog every [`BACKLOG_INTERVAL`], until `shutdown`.
 pub async fn probe(
     pool: PgPool,
-    redis: ConnectionManager,
+    redis: redis::Client,
     table: TableName,
     health: Arc<Health>,
     shutdown: CancellationToken,
@@ -34,6 +34,7 @@ pub async fn probe(
         d = table.dead()
     );
     let mut last_backlog: Option<Instant> = None;
+    let mut con: Option<ConnectionManager> = None;
     let mut ticker = tokio::time::interval(PROBE_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -60,11 +61,19 @@ pub async fn probe(
                 Err(_) => health.failed_at(Dependency::Postgres, sent, &"ping timed out"),
             }
             let sent = Instant::now();
-            let mut con = redis.clone();
-            match tokio::time::timeout(PROBE_INTERVAL, writable(&mut con)).await {
-                Ok(Ok(())) => health.ok_at(Dependency::Redis, sent),
-                Ok(Err(e)) => health.failed_at(Dependency::Redis, sent, &e),
-                Err(_) => health.failed_at(Dependency::Redis, sent, &"ping timed out"),
+            // Connected lazily (and kept): the probe runs from the start, Redis up or not.
+            if con.is_none() {
+                match crate::redis_conn::connect(&redis, PROBE_INTERVAL).await {
+                    Ok(c) => con = Some(c),
+                    Err(e) => health.failed_at(Dependency::Redis, sent, &e),
+                }
+            }
+            if let Some(c) = con.as_mut() {
+                match tokio::time::timeout(PROBE_INTERVAL, writable(c)).await {
+                    Ok(Ok(())) => health.ok_at(Dependency::Redis, sent),
+                    Ok(Err(e)) => health.failed_at(Dependency::Redis, sent, &e),
+                    Err(_) => health.failed_at(Dependency::Redis, sent, &"ping timed out"),
+                }
             }
             if health.is_up(Dependency::Postgres)
                 && last_backlog.is_none_or(|t| t.elapsed() >= BACKLOG_INTERVAL)

@@ -73,7 +73,10 @@ impl RedisServer {
                     return;
                 }
             }
-            assert!(start.elapsed() < deadline, "redis-server on {addr} did not come up");
+            assert!(
+                start.elapsed() < deadline,
+                "redis-server on {addr} did not come up"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
