@@ -368,6 +368,16 @@ async fn bench_stages(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, Bo
     }))
 }
 
+/// A row as the naive relay reads it.
+type NaiveRow = (
+    i64,
+    uuid::Uuid,
+    String,
+    String,
+    Vec<u8>,
+    chrono::DateTime<chrono::Utc>,
+);
+
 /// One row per transaction, one EVALSHA per job: what a straightforward relay does.
 async fn bench_naive(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, BoxError> {
     sb.copy_rows(args.naive_rows, "naive").await?;
@@ -378,14 +388,7 @@ async fn bench_naive(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, Box
     let mut n = 0usize;
     loop {
         let mut tx = conn.begin().await?;
-        let row: Option<(
-            i64,
-            uuid::Uuid,
-            String,
-            String,
-            Vec<u8>,
-            chrono::DateTime<chrono::Utc>,
-        )> = sqlx::query_as(
+        let row: Option<NaiveRow> = sqlx::query_as(
             "SELECT id, uuid, queue, job_type, payload, created_at FROM pending_jobs
                  WHERE available_at <= now() ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED",
         )

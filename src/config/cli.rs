@@ -22,7 +22,7 @@ pub struct Cli {
 /// The options of SPEC 6, as given on the command line.
 #[derive(Debug, Default, Args)]
 pub struct Flags {
-    /// Postgres URL [env: DATABASE_URL] [default: postgres://postgres@127.0.0.1:5432/postgres]
+    /// Postgres URL [env: DATABASE_URL] (default: postgres://postgres@127.0.0.1:5432/postgres)
     #[arg(long, global = true, value_name = "URL")]
     pub database_url: Option<String>,
     /// File holding the Postgres URL (Kubernetes Secret volume) [env: DATABASE_URL_FILE]

@@ -16,6 +16,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
+use sqlx::ConnectOptions;
 
 use self::cli::Flags;
 use self::source::{Origin, Sources};
@@ -315,6 +316,10 @@ pub fn session_settings(opts: PgConnectOptions, idle_in_tx: Duration) -> PgConne
         .get_application_name()
         .map(str::to_owned)
         .unwrap_or_else(|| "jobrelay".to_owned());
+    // A relay runs a probe query every second: statements belong at TRACE, slow ones at WARN.
+    let opts = opts
+        .log_statements(log::LevelFilter::Trace)
+        .log_slow_statements(log::LevelFilter::Warn, Duration::from_secs(1));
     opts.application_name(&application_name).options([
         (
             "statement_timeout",
