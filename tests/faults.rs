@@ -974,7 +974,15 @@ async fn a_frozen_relay_gives_its_rows_up_after_the_idle_transaction_timeout(poo
         if relay_transactions(&pool).await.0 > 0 {
             frozen.child.signal("STOP");
             tokio::time::sleep(Duration::from_millis(100)).await;
-            if relay_transactions(&pool).await.0 > 0 {
+            // Frozen with a transaction open *and* rows claimed in it (not, say, between
+            // BEGIN and its claim, or in a one-statement poll that the server finished).
+            let unlocked: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM (SELECT 1 FROM pending_jobs FOR UPDATE SKIP LOCKED) t",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            if relay_transactions(&pool).await.0 > 0 && unlocked < pending_count(&pool).await {
                 break;
             }
             frozen.child.signal("CONT");
