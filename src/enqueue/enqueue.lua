@@ -12,9 +12,12 @@
 -- checked before anything is written) and no marker, so its retry is not taken for a duplicate.
 -- Markers are written last.
 local ns = ARGV[1]
-local ttl = tonumber(ARGV[2])
+local ttl = ARGV[2]
+local has_ttl = ttl ~= '0'
 local FIELDS = 7
 local n = (#ARGV - 2) / FIELDS
+-- unpack() is bounded by the Lua stack: variadic commands go in chunks.
+local CHUNK = 1000
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -40,6 +43,22 @@ local markers = {}
 local seen = {}
 local result = {}
 
+-- Dedup, fast path: one variadic EXISTS over every marker of the batch. Almost always none
+-- exists, and the per-job EXISTS below is skipped; otherwise each job is checked on its own.
+local marker_of = {}
+for i = 0, n - 1 do
+  marker_of[i + 1] = ns .. 'jobs:' .. ARGV[2 + i * FIELDS + 1]
+end
+local some_exist = false
+for s = 1, n, CHUNK do
+  if redis.call('EXISTS', unpack(marker_of, s, math.min(s + CHUNK - 1, n))) > 0 then
+    some_exist = true
+    break
+  end
+end
+
+local queue_keys = {}
+
 local function append(tbl, order, key, value)
   local l = tbl[key]
   if l == nil then
@@ -54,8 +73,8 @@ for i = 0, n - 1 do
   local b = 2 + i * FIELDS
   local uuid, queue, parent, pred = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
   local dead, score, job = ARGV[b + 5] == '1', ARGV[b + 6], ARGV[b + 7]
-  local marker = ns .. 'jobs:' .. uuid
-  if seen[uuid] or redis.call('EXISTS', marker) == 1 then
+  local marker = marker_of[i + 1]
+  if seen[uuid] or (some_exist and redis.call('EXISTS', marker) == 1) then
     result[i + 1] = 5
   else
     local key, want, outcome, active
@@ -67,7 +86,12 @@ for i = 0, n - 1 do
       key, want, outcome = ns .. 'scheduled', 'zset', 2
     else
       if parent ~= '' then active = ns .. 'jobs:' .. parent .. ':active' end
-      key, want, outcome = ns .. 'queue:' .. queue, 'list', 1
+      key = queue_keys[queue]
+      if key == nil then
+        key = ns .. 'queue:' .. queue
+        queue_keys[queue] = key
+      end
+      want, outcome = 'list', 1
     end
     local refusal
     local have = type_of(key)
@@ -101,8 +125,6 @@ for i = 0, n - 1 do
   end
 end
 
--- unpack() is bounded by the Lua stack: write in chunks.
-local CHUNK = 1000
 local function variadic(cmd, key, values)
   for s = 1, #values, CHUNK do
     redis.call(cmd, key, unpack(values, s, math.min(s + CHUNK - 1, #values)))
@@ -113,7 +135,7 @@ for _, key in ipairs(list_keys) do variadic('LPUSH', key, lists[key]) end
 for _, key in ipairs(set_keys) do variadic('SADD', key, sets[key]) end
 if #zset > 0 then variadic('ZADD', ns .. 'scheduled', zset) end
 for m = 1, #markers, 2 do
-  if ttl > 0 then
+  if has_ttl then
     redis.call('SET', markers[m], markers[m + 1], 'PX', ttl)
   else
     redis.call('SET', markers[m], markers[m + 1])
