@@ -5,14 +5,11 @@
 //! Redis. Each prints `FIGURES test=<name> relayed=<n> duplicates=<n> lost=<n>` where
 //!
 //! - `relayed`: distinct uuids the test found in Redis, each checked against the rows inserted;
-//! - `duplicates`: job pushes that found their dedup marker already there, counted by the
-//!   private Redis itself: the enqueue script runs exactly one `EXISTS jobs:<uuid>` per job it
-//!   examines, and Redis counts commands run inside scripts in `INFO commandstats`, so
-//!   duplicates = `EXISTS` calls - first pushes - refused pushes. This holds across kill -9 of
-//!   relays. Where the test restarts Redis (which resets those counters), the figure is summed
-//!   instead from the relay's per-batch debug log line ("batch committed", field `duplicates`),
-//!   which is complete there because that relay is never killed. Each test also prints the
-//!   log-based count next to the Redis-based one;
+//! - `duplicates`: job pushes that found their dedup marker already there, summed from the
+//!   relays' per-batch debug log line ("batch committed", field `duplicates`). Complete except
+//!   where a relay is killed with -9: a batch committed in the instant before the kill may not
+//!   have logged, so there the figure is a lower bound, and the test prints how many delivered
+//!   rows the logs miss;
 //! - `lost`: uuids inserted that are neither pending, dead-lettered, nor in Redis. Always 0.
 
 mod common;
@@ -235,28 +232,6 @@ async fn list_uuids(ns: &Namespace, key: &str) -> Vec<String> {
     }
 }
 
-/// How many `EXISTS` commands the Redis of `ns` has run since it started (see the module doc).
-async fn exists_calls(ns: &Namespace) -> u64 {
-    let mut con = ns.con().await;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_exists:calls="))
-        .map(|rest| rest.split(',').next().unwrap().parse().unwrap())
-        .unwrap_or(0)
-}
-
-/// Pushes that found their marker: `EXISTS` calls less first pushes and refused pushes.
-async fn duplicates_seen_by_redis(ns: &Namespace, first_pushes: u64, refused: u64) -> u64 {
-    let exists = exists_calls(ns).await;
-    exists
-        .checked_sub(first_pushes + refused)
-        .unwrap_or_else(|| panic!("{exists} EXISTS for {first_pushes} jobs and {refused} refusals"))
-}
-
 async fn dbsize(ns: &Namespace) -> i64 {
     let mut con = ns.con().await;
     redis::cmd("DBSIZE").query_async(&mut con).await.unwrap()
@@ -409,10 +384,9 @@ async fn kill_9_five_times_during_a_drain_loses_and_doubles_nothing(pool: PgPool
     assert_eq!(b.refused + b.invalid + b.dead_lettered, 0, "{b:?}");
     // A killed relay may have committed a batch without logging it, never the reverse.
     assert!(b.delivered() <= ROWS as u64, "{b:?}");
-    let duplicates = duplicates_seen_by_redis(&ns, ROWS as u64, 0).await;
-    assert!(duplicates >= b.duplicates, "{duplicates} < {b:?}");
+    let duplicates = b.duplicates;
     println!(
-        "kill-9: duplicates by redis {duplicates}, by relay logs {} (rows of batches committed \
+        "kill-9: duplicates by relay logs {} (rows of batches committed \
          but not logged before a kill: {}); {b:?}",
         b.duplicates,
         ROWS as u64 - b.delivered()
@@ -567,12 +541,8 @@ async fn stalled_redis_times_out_rolls_back_and_resumes(pool: PgPool) {
         1
     );
     assert_eq!(count_message(&lines, "redis recovered"), 1);
-    let duplicates = duplicates_seen_by_redis(&ns, ROWS as u64, 0).await;
-    assert!(duplicates >= b.duplicates, "{duplicates} < {b:?}");
-    println!(
-        "stall: duplicates by redis {duplicates}, by relay logs {}; {b:?}",
-        b.duplicates
-    );
+    let duplicates = b.duplicates;
+    println!("stall: duplicates by relay logs {}; {b:?}", b.duplicates);
     figures("redis_stall", t.relayed, duplicates, t.lost.len());
 }
 
@@ -641,12 +611,8 @@ async fn postgres_sessions_cut_mid_batch_lose_nothing(pool: PgPool) {
     assert_eq!(dead_count(&pool).await, 0);
     let b = Batches::of(&log_lines(&logs.files()));
     assert_eq!(b.delivered(), ROWS as u64, "{b:?}");
-    let duplicates = duplicates_seen_by_redis(&ns, ROWS as u64, 0).await;
-    assert!(duplicates >= b.duplicates, "{duplicates} < {b:?}");
-    println!(
-        "pg-cuts: duplicates by redis {duplicates}, by relay logs {}; {b:?}",
-        b.duplicates
-    );
+    let duplicates = b.duplicates;
+    println!("pg-cuts: duplicates by relay logs {}; {b:?}", b.duplicates);
     figures("postgres_cuts", t.relayed, duplicates, t.lost.len());
 }
 
@@ -794,12 +760,8 @@ async fn poison_rows_are_retried_then_dead_lettered_and_the_rest_flows(pool: PgP
     assert_eq!(b.dead_lettered, 30, "{b:?}");
     assert_eq!(b.refused, 60 + 30, "{b:?}");
     let relayed = t.relayed + 100 + requeued.len();
-    let duplicates = duplicates_seen_by_redis(&ns, relayed as u64, b.refused).await;
-    assert!(duplicates >= b.duplicates, "{duplicates} < {b:?}");
-    println!(
-        "poison: duplicates by redis {duplicates}, by relay logs {}; {b:?}",
-        b.duplicates
-    );
+    let duplicates = b.duplicates;
+    println!("poison: duplicates by relay logs {}; {b:?}", b.duplicates);
     figures("poison", relayed, duplicates, t.lost.len());
 }
 
@@ -899,12 +861,8 @@ async fn sigterm_during_a_large_drain_exits_0_and_loses_nothing(pool: PgPool) {
     assert_eq!(dead_count(&pool).await, 0);
     let b = Batches::of(&log_lines(&logs.files()));
     assert_eq!(b.delivered(), ROWS as u64, "{b:?}");
-    let duplicates = duplicates_seen_by_redis(&ns, ROWS as u64, 0).await;
-    assert!(duplicates >= b.duplicates, "{duplicates} < {b:?}");
-    println!(
-        "sigterm: duplicates by redis {duplicates}, by relay logs {}; {b:?}",
-        b.duplicates
-    );
+    let duplicates = b.duplicates;
+    println!("sigterm: duplicates by relay logs {}; {b:?}", b.duplicates);
     figures("sigterm", t.relayed, duplicates, t.lost.len());
 }
 
