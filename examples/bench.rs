@@ -84,7 +84,7 @@ impl Args {
             naive_rows: env_num("BENCH_NAIVE_ROWS", 10_000)?,
             rate: env_num("BENCH_RATE", 2_000)?,
             seconds: env_num("BENCH_SECONDS", 20.0)?,
-            insert_seconds: env_num("BENCH_INSERT_SECONDS", 4.0)?,
+            insert_seconds: env_num("BENCH_INSERT_SECONDS", 12.0)?,
             workers: env_num("BENCH_WORKERS", DEFAULT_WORKERS)?,
             batch_size: env_num("BENCH_BATCH_SIZE", DEFAULT_BATCH_SIZE)?,
         })
