@@ -120,3 +120,74 @@ async fn a_producer_that_trusted_the_lease_is_not_stranded(pool: PgPool) {
     relay.signal("TERM");
     assert_eq!(relay.wait(Duration::from_secs(30)).await, Some(0));
 }
+
+/// A relay whose role may not write the lease (e.g. roles set up before migration 3) says so
+/// once and still wakes on NOTIFY: nothing waits for the 30 s poll.
+#[sqlx::test]
+async fn without_the_lease_grant_the_relay_falls_back_to_notify(pool: PgPool) {
+    let ns = Namespace::new();
+    let role = format!(
+        "jobrelay_nolease_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    for sql in [
+        format!("CREATE ROLE {role} LOGIN"),
+        format!("GRANT SELECT, INSERT, DELETE ON pending_jobs TO {role}"),
+        format!("GRANT UPDATE (available_at) ON pending_jobs TO {role}"),
+        format!("GRANT SELECT, INSERT ON pending_jobs_dead TO {role}"),
+        format!("GRANT SELECT ON _sqlx_migrations TO {role}"),
+    ] {
+        sqlx::query(&sql).execute(&pool).await.unwrap();
+    }
+    let mut url = url::Url::parse(&database_url_of(&pool).await).unwrap();
+    url.set_username(&role).unwrap();
+    let logs = tempfile::NamedTempFile::new().unwrap();
+    let mut relay = {
+        let mut cmd = tokio::process::Command::new(relay_bin());
+        cmd.args(["--poll-interval", "30s"])
+            .env("DATABASE_URL", url.as_str())
+            .env("REDIS_URL", &ns.url)
+            .env("JOBRELAY_NAMESPACE", &ns.prefix)
+            .env("JOBRELAY_HTTP_ADDR", "off")
+            .env("JOBRELAY_LOG_FORMAT", "json")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(logs.reopen().unwrap())
+            .kill_on_drop(true);
+        cmd.spawn().unwrap()
+    };
+    for round in 0..3 {
+        insert_rows(&pool, 1, &format!("q{round}")).await;
+        wait_until(
+            "the row is relayed, woken by NOTIFY",
+            Duration::from_secs(5),
+            || async { ns.llen(&format!("queue:q{round}")).await == 1 },
+        )
+        .await;
+    }
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &relay.id().unwrap().to_string()])
+        .status();
+    let status = tokio::time::timeout(Duration::from_secs(30), relay.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let log = std::fs::read_to_string(logs.path()).unwrap();
+    assert_eq!(
+        log.matches("cannot hold the wake-up lease").count(),
+        1,
+        "warned once: {log}"
+    );
+    let held: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM jobrelay_wakeup)")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(!held, "no lease was written");
+    for sql in [
+        format!("REVOKE ALL ON pending_jobs, pending_jobs_dead, _sqlx_migrations FROM {role}"),
+        format!("DROP ROLE {role}"),
+    ] {
+        sqlx::query(&sql).execute(&pool).await.unwrap();
+    }
+}

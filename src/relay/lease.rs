@@ -136,6 +136,11 @@ pub async fn keep_awake(
             let pause = if failed {
                 // Postgres is failing: the workers report it; this task keeps out of the way.
                 backoff.next_delay()
+            } else if !leased {
+                // No lease (e.g. a role without the grant): producers notify, nothing to poll
+                // until the next renewal attempt.
+                backoff.reset();
+                LEASE / 3
             } else {
                 backoff.reset();
                 AWAKE_POLL
