@@ -17,7 +17,6 @@ use crate::admin::{dead_letter, status};
 use crate::backoff::Backoff;
 use crate::config::cli::{Cli, Command, DeadLetterCommand, Selection};
 use crate::config::{Config, STATEMENT_TIMEOUT};
-use crate::enqueue::Enqueuer;
 use crate::relay::{self, BatchSettings, Batcher, Dependency, Health, RedisSink, RelaySettings};
 use crate::telemetry::{logging, redact};
 use crate::{db, http};
@@ -84,7 +83,7 @@ async fn dispatch(command: Option<Command>, config: Config) -> Result<ExitCode> 
         None if config.sweep => run_sweep(&config).await,
         None => run_daemon(&config, shutdown_signal()).await,
         Some(Command::Migrate) => {
-            let pool = db::checked_pool(config.pg_options()?, 1, STATEMENT_TIMEOUT).await?;
+            let pool = command_pool(&config).await?;
             db::migrate(&pool, &config.table)
                 .await
                 .context("applying migrations")?;
@@ -93,7 +92,7 @@ async fn dispatch(command: Option<Command>, config: Config) -> Result<ExitCode> 
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Status { json }) => {
-            let pool = db::checked_pool(config.pg_options()?, 1, STATEMENT_TIMEOUT).await?;
+            let pool = command_pool(&config).await?;
             let s = status::status(&pool, &config.table)
                 .await
                 .context("reading the backlog")?;
@@ -110,7 +109,7 @@ async fn dispatch(command: Option<Command>, config: Config) -> Result<ExitCode> 
 }
 
 async fn run_dead_letter(config: &Config, cmd: DeadLetterCommand) -> Result<ExitCode> {
-    let pool = db::checked_pool(config.pg_options()?, 1, STATEMENT_TIMEOUT).await?;
+    let pool = command_pool(config).await?;
     let selection = |s: Selection| {
         if s.all {
             dead_letter::Selection::All
@@ -163,7 +162,7 @@ async fn run_check(config: &Config) -> Result<ExitCode> {
     println!("config: ok ({})", describe(config));
     let mut ok = true;
     let version = async {
-        let pool = db::checked_pool(config.pg_options()?, 1, STATEMENT_TIMEOUT).await?;
+        let pool = command_pool(config).await?;
         let version = db::schema_version(&pool).await?;
         Ok::<_, anyhow::Error>((pool, version))
     };
@@ -237,6 +236,12 @@ fn describe(c: &Config) -> String {
     )
 }
 
+/// One connection for a one-shot command, opened up front so that a bad password or an
+/// unreachable server fails at once with Postgres's own error.
+async fn command_pool(config: &Config) -> Result<sqlx::PgPool> {
+    Ok(db::checked_pool(config.pg_options()?, 1, STATEMENT_TIMEOUT).await?)
+}
+
 fn batch_settings(config: &Config) -> BatchSettings {
     BatchSettings {
         batch_size: config.batch_size,
@@ -251,11 +256,7 @@ async fn run_sweep(config: &Config) -> Result<ExitCode> {
     let con = crate::redis_conn::connect(&client, config.push_timeout)
         .await
         .with_context(|| format!("connecting to redis at {}", config.redis_url))?;
-    let sink = RedisSink::new(
-        Enqueuer::new(config.namespace.clone(), config.dedup_ttl),
-        con,
-        config.push_timeout,
-    );
+    let sink = RedisSink::new(config.enqueuer(), con, config.push_timeout);
     let batcher = Batcher::new(
         pool,
         Arc::new(relay::Queries::new(&config.table)),
@@ -356,7 +357,7 @@ pub async fn run_daemon(
         batch: batch_settings(config),
         poll_interval: config.poll_interval,
     };
-    let enqueuer = Enqueuer::new(config.namespace.clone(), config.dedup_ttl);
+    let enqueuer = config.enqueuer();
 
     let started = {
         let (health, shutdown, tracker) = (health.clone(), shutdown.clone(), tracker.clone());

@@ -94,6 +94,14 @@ impl Job {
         Ok(())
     }
 
+    /// The headers as a JSON object (what the table's `headers` column holds).
+    pub fn headers_json(&self) -> String {
+        if self.headers.is_empty() {
+            return "{}".to_owned();
+        }
+        serde_json::to_string(&self.headers).expect("a string-to-string map serialises")
+    }
+
     /// The protobuf message of this job.
     pub fn to_proto(&self) -> v1::Job {
         v1::Job {

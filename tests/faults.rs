@@ -16,7 +16,6 @@ mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::child::RelayChild;
@@ -61,23 +60,15 @@ impl Logs {
     fn start(&mut self, db: &str, redis: &str, ns: &Namespace, args: &[&str]) -> Relay {
         let log = self.dir.path().join(format!("relay-{}.log", self.started));
         self.started += 1;
-        let file = std::fs::File::create(&log).unwrap();
-        let mut cmd = tokio::process::Command::new(relay_bin());
-        cmd.args(args)
-            .env("DATABASE_URL", db)
-            .env("REDIS_URL", redis)
-            .env("JOBRELAY_NAMESPACE", &ns.prefix)
-            .env("JOBRELAY_HTTP_ADDR", "off")
-            .env("JOBRELAY_LOG_FORMAT", "json")
-            .env("RUST_LOG", "info,jobrelay=debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(file))
-            .kill_on_drop(true);
         Relay {
-            child: RelayChild {
-                child: cmd.spawn().expect("relay binary starts"),
-            },
+            child: RelayChild::start_logged(
+                db,
+                redis,
+                &ns.prefix,
+                args,
+                &log,
+                "info,jobrelay=debug",
+            ),
         }
     }
 }

@@ -142,20 +142,14 @@ async fn without_the_lease_grant_the_relay_falls_back_to_notify(pool: PgPool) {
     let mut url = url::Url::parse(&database_url_of(&pool).await).unwrap();
     url.set_username(&role).unwrap();
     let logs = tempfile::NamedTempFile::new().unwrap();
-    let mut relay = {
-        let mut cmd = tokio::process::Command::new(relay_bin());
-        cmd.args(["--poll-interval", "30s"])
-            .env("DATABASE_URL", url.as_str())
-            .env("REDIS_URL", &ns.url)
-            .env("JOBRELAY_NAMESPACE", &ns.prefix)
-            .env("JOBRELAY_HTTP_ADDR", "off")
-            .env("JOBRELAY_LOG_FORMAT", "json")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(logs.reopen().unwrap())
-            .kill_on_drop(true);
-        cmd.spawn().unwrap()
-    };
+    let mut relay = RelayChild::start_logged(
+        url.as_str(),
+        &ns.url,
+        &ns.prefix,
+        &["--poll-interval", "30s"],
+        logs.path(),
+        "info",
+    );
     for round in 0..3 {
         insert_rows(&pool, 1, &format!("q{round}")).await;
         wait_until(
@@ -165,14 +159,8 @@ async fn without_the_lease_grant_the_relay_falls_back_to_notify(pool: PgPool) {
         )
         .await;
     }
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &relay.id().unwrap().to_string()])
-        .status();
-    let status = tokio::time::timeout(Duration::from_secs(30), relay.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+    relay.signal("TERM");
+    assert_eq!(relay.wait(Duration::from_secs(30)).await, Some(0));
     let log = std::fs::read_to_string(logs.path()).unwrap();
     assert_eq!(
         log.matches("cannot hold the wake-up lease").count(),

@@ -297,6 +297,11 @@ impl Config {
         Ok(session_settings(opts, self.idle_in_transaction_timeout()))
     }
 
+    /// The enqueue algorithm with `--namespace` and `--dedup-ttl`.
+    pub fn enqueuer(&self) -> crate::enqueue::Enqueuer {
+        crate::enqueue::Enqueuer::new(self.namespace.clone(), self.dedup_ttl)
+    }
+
     /// A Redis client for `--redis-url`, trusting `--redis-ca-file` when given.
     pub fn redis_client(&self) -> Result<redis::Client, ConfigError> {
         let client = match &self.redis_ca_file {

@@ -108,6 +108,22 @@ impl Enqueuer {
             .collect())
     }
 
+    /// [`Enqueuer::enqueue_batch`] bounded by `timeout`: past it, the call fails as
+    /// [`Error::Timeout`] (transient; the jobs may or may not have landed, each whole).
+    pub async fn enqueue_batch_within<C: ConnectionLike + Send>(
+        &self,
+        con: &mut C,
+        jobs: &[Job],
+        timeout: Duration,
+    ) -> Result<Vec<JobResult>> {
+        tokio::time::timeout(timeout, self.enqueue_batch(con, jobs))
+            .await
+            .map_err(|_| Error::Timeout {
+                what: "redis push",
+                after: timeout,
+            })?
+    }
+
     fn new_invocation(&self) -> redis::ScriptInvocation<'_> {
         let mut inv = self.script.prepare_invoke();
         inv.arg(&self.namespace).arg(self.dedup_ttl_ms);

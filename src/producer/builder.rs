@@ -7,7 +7,7 @@ use chrono::{DateTime, Datelike, SubsecRound, Utc};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
-use crate::job::{validate_job_type, validate_queue, Job};
+use crate::job::Job;
 
 /// Builds a [`Job`], refusing invalid input when [`JobBuilder::build`] is called.
 ///
@@ -272,15 +272,14 @@ impl IntoJob for Job {
 
 /// The producer's checks: [`Job::validate`] plus what Postgres or a consumer would refuse.
 pub(crate) fn check(job: &Job) -> Result<()> {
-    validate_queue(&job.queue)?;
-    validate_job_type(&job.job_type)?;
+    // Queue, job type and uuid as SPEC 2 and 5.1 say; then what Postgres and protobuf refuse.
+    job.validate()?;
     if job.job_type.contains('\0') {
         return Err(Error::invalid(
             "job_type",
             "must not contain a NUL character",
         ));
     }
-    job.validate()?;
     for (field, other) in [
         ("parent_uuid", job.parent_uuid),
         ("predecessor_uuid", job.predecessor_uuid),

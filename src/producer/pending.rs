@@ -399,11 +399,7 @@ impl PendingJobs {
             predecessors.push(job.predecessor_uuid);
             dead_parents.push(job.dead_parent);
             run_ats.push(job.run_at);
-            headers.push(if job.headers.is_empty() {
-                "{}".to_owned()
-            } else {
-                serde_json::to_string(&job.headers).expect("a string map serialises")
-            });
+            headers.push(job.headers_json());
         }
         let rows: Vec<(i64, Uuid, DateTime<Utc>)> = sqlx::query_as(&self.producer.inner.sql.insert)
             .bind(&uuids)
@@ -660,16 +656,11 @@ impl PendingJobs {
         } else {
             Cow::Owned(take.iter().map(|&i| self.jobs[i].clone()).collect())
         };
-        let timeout = self.producer.inner.push_timeout;
-        tokio::time::timeout(
-            timeout,
-            self.producer.inner.enqueuer.enqueue_batch(redis, &jobs),
-        )
-        .await
-        .map_err(|_| Error::Timeout {
-            what: "redis push",
-            after: timeout,
-        })?
+        self.producer
+            .inner
+            .enqueuer
+            .enqueue_batch_within(redis, &jobs, self.producer.inner.push_timeout)
+            .await
     }
 
     /// Records per-job results; returns the indexes Redis accepted.

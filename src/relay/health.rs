@@ -160,11 +160,6 @@ impl Health {
         }
     }
 
-    /// Records a transient error against the dependency it came from.
-    pub fn failed_with(&self, e: &Error) {
-        self.failed_with_at(e, Instant::now());
-    }
-
     /// Records a transient error of a step begun at `sent` against the dependency it came from.
     pub fn failed_with_at(&self, e: &Error, sent: Instant) {
         if let Some(d) = Dependency::of(e) {

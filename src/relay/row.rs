@@ -73,7 +73,7 @@ impl PendingRow {
             predecessor_uuid: job.predecessor_uuid,
             dead_parent: job.dead_parent,
             run_at: job.run_at,
-            headers: serde_json::to_string(&job.headers).expect("string map serialises"),
+            headers: job.headers_json(),
             created_at: job.created_at,
             attempts: meta.attempts,
         }

@@ -43,15 +43,10 @@ impl RedisSink {
 impl JobSink for RedisSink {
     async fn push(&self, jobs: &[Job]) -> Result<Vec<JobResult>> {
         let mut con = self.con.clone();
-        let batch = tokio::time::timeout(
-            self.push_timeout,
-            self.enqueuer.enqueue_batch(&mut con, jobs),
-        )
-        .await
-        .map_err(|_| Error::Timeout {
-            what: "redis push",
-            after: self.push_timeout,
-        })?;
+        let batch = self
+            .enqueuer
+            .enqueue_batch_within(&mut con, jobs, self.push_timeout)
+            .await;
         match batch {
             Err(Error::Redis(e)) if !is_transient(&e) => {
                 // Redis rejected the call itself for a reason that is not an outage: something
@@ -60,15 +55,15 @@ impl JobSink for RedisSink {
                 tracing::warn!(error = %e, jobs = jobs.len(), "batch push refused; isolating the job at fault");
                 let mut results = Vec::with_capacity(jobs.len());
                 for job in jobs {
-                    let one = tokio::time::timeout(
-                        self.push_timeout,
-                        self.enqueuer.enqueue(&mut con, job),
-                    )
-                    .await
-                    .map_err(|_| Error::Timeout {
-                        what: "redis push",
-                        after: self.push_timeout,
-                    })?;
+                    let one = self
+                        .enqueuer
+                        .enqueue_batch_within(
+                            &mut con,
+                            std::slice::from_ref(job),
+                            self.push_timeout,
+                        )
+                        .await
+                        .and_then(|mut r| r.pop().expect("one result per job"));
                     results.push(match one {
                         Err(Error::Redis(e)) if !is_transient(&e) => Err(Error::Refused {
                             uuid: job.uuid,

@@ -1,5 +1,6 @@
 //! The relay daemon as a child process: start, signal, kill -9, wait with a deadline.
 
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -10,24 +11,49 @@ pub struct RelayChild {
     pub child: Child,
 }
 
+fn command(database_url: &str, redis_url: &str, namespace: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(super::relay_bin());
+    cmd.args(args)
+        .env("DATABASE_URL", database_url)
+        .env("REDIS_URL", redis_url)
+        .env("JOBRELAY_NAMESPACE", namespace)
+        .env("JOBRELAY_HTTP_ADDR", "off")
+        .env("JOBRELAY_LOG_FORMAT", "json")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true);
+    cmd
+}
+
 impl RelayChild {
     /// Starts `jobrelay` with `args`, against `database_url`, `redis_url` and `namespace`,
     /// HTTP off unless `args` say otherwise, logs to a piped stderr (dropped) unless
     /// JOBRELAY_TEST_LOGS is set.
     pub fn start(database_url: &str, redis_url: &str, namespace: &str, args: &[&str]) -> Self {
-        let mut cmd = Command::new(super::relay_bin());
-        cmd.args(args)
-            .env("DATABASE_URL", database_url)
-            .env("REDIS_URL", redis_url)
-            .env("JOBRELAY_NAMESPACE", namespace)
-            .env("JOBRELAY_HTTP_ADDR", "off")
-            .env("JOBRELAY_LOG_FORMAT", "json")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .kill_on_drop(true);
+        let mut cmd = command(database_url, redis_url, namespace, args);
         if std::env::var_os("JOBRELAY_TEST_LOGS").is_none() {
             cmd.stderr(Stdio::null());
         }
+        RelayChild::spawn(cmd)
+    }
+
+    /// Like [`RelayChild::start`], with the JSON logs written to the file `log` at the level
+    /// `rust_log` (a `RUST_LOG` value), for tests that read what the relay said.
+    pub fn start_logged(
+        database_url: &str,
+        redis_url: &str,
+        namespace: &str,
+        args: &[&str],
+        log: &Path,
+        rust_log: &str,
+    ) -> Self {
+        let mut cmd = command(database_url, redis_url, namespace, args);
+        cmd.env("RUST_LOG", rust_log)
+            .stderr(Stdio::from(std::fs::File::create(log).expect("log file")));
+        RelayChild::spawn(cmd)
+    }
+
+    fn spawn(mut cmd: Command) -> Self {
         RelayChild {
             child: cmd.spawn().expect("relay binary starts"),
         }

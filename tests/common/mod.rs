@@ -124,18 +124,6 @@ impl Namespace {
             .await
             .unwrap()
     }
-
-    /// Deletes every key of this namespace.
-    pub async fn clear(&self) {
-        if let Ok(client) = redis::Client::open(self.url.as_str()) {
-            if let Ok(mut con) = client.get_multiplexed_async_connection().await {
-                let keys = scan(&mut con, &format!("{}*", self.prefix)).await;
-                for chunk in keys.chunks(1000) {
-                    let _: Result<(), _> = redis::cmd("DEL").arg(chunk).query_async(&mut con).await;
-                }
-            }
-        }
-    }
 }
 
 impl Drop for Namespace {
