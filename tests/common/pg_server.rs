@@ -7,8 +7,24 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// Where Debian puts the Postgres 15 server binaries.
-pub const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+/// Where Debian puts the server binaries of the newest Postgres installed.
+pub fn pg_bin() -> std::path::PathBuf {
+    // The newest server installed (Debian keeps each major version in its own folder).
+    let mut versions: Vec<(u32, std::path::PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("Postgres server binaries under /usr/lib/postgresql")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let v = e.file_name().to_string_lossy().parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").exists().then_some((v, bin))
+        })
+        .collect();
+    versions.sort();
+    versions
+        .pop()
+        .expect("an initdb under /usr/lib/postgresql/*/bin")
+        .1
+}
 
 /// A throwaway CA and a server certificate it signed, valid for `127.0.0.1` and `localhost`.
 pub struct Certs {
@@ -119,8 +135,7 @@ impl PgServer {
         let data = dir.path().join("data");
         let as_pg = |tool: &str| {
             let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"])
-                .arg(Path::new(PG_BIN).join(tool));
+            c.args(["-u", "postgres", "--"]).arg(pg_bin().join(tool));
             c
         };
         run(as_pg("initdb")
@@ -215,7 +230,7 @@ impl Drop for PgServer {
     fn drop(&mut self) {
         let _ = Command::new("runuser")
             .args(["-u", "postgres", "--"])
-            .arg(Path::new(PG_BIN).join("pg_ctl"))
+            .arg(pg_bin().join("pg_ctl"))
             .arg("-D")
             .arg(&self.data)
             .args(["-w", "-t", "30", "-m", "immediate", "stop"])
