@@ -462,19 +462,20 @@ async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, B
     let popped: Arc<Mutex<HashMap<uuid::Uuid, Instant>>> =
         Arc::new(Mutex::new(HashMap::with_capacity(total)));
 
-    // The consumer: BRPOP, decode, note the time.
+    // The consumer: BRPOP, decode, note the time. A thread of its own with a blocking
+    // connection, as a consumer process would be, so that the producers' tasks cannot delay
+    // its timestamps.
     let consumer = {
         let popped = popped.clone();
-        let mut con = sb.redis_con().await?;
+        let mut con = sb.redis.get_connection()?;
         let key = format!("{}queue:latency", sb.namespace);
-        tokio::spawn(async move {
+        std::thread::spawn(move || {
             use prost::Message;
             while popped.lock().unwrap().len() < total {
                 let r: Option<(String, Vec<u8>)> = redis::cmd("BRPOP")
                     .arg(&key)
                     .arg(1)
-                    .query_async(&mut con)
-                    .await
+                    .query(&mut con)
                     .unwrap_or(None);
                 if let Some((_, bytes)) = r {
                     let now = Instant::now();
@@ -518,7 +519,12 @@ async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, B
         h.await?;
     }
     let produce_secs = t0.elapsed().as_secs_f64();
-    tokio::time::timeout(Duration::from_secs(60), consumer).await??;
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::task::spawn_blocking(move || consumer.join()),
+    )
+    .await??
+    .map_err(|_| "the consumer thread panicked")?;
     relay.stop().await;
 
     let committed = committed.lock().unwrap();
