@@ -1,7 +1,7 @@
 //! The benchmark program runs (with tiny sizes) so that it cannot rot. Not a timed test: it
 //! checks that every stage ran, delivered everything, and reported its figures.
 
-#[path = "../examples/bench.rs"]
+#[path = "../examples/bench/main.rs"]
 #[allow(dead_code)]
 mod bench;
 

@@ -37,18 +37,23 @@ impl Queries {
         let t = table.pending();
         let d = table.dead();
         Queries {
+            // The rows are locked in `id` order, then deleted by their tuple ids: a TID scan,
+            // where joining on `id` would descend the primary key once more per row (measured:
+            // half the statement's time for 1,000 rows). A locked row cannot move before the
+            // delete; a row that another transaction updated after this statement's snapshot
+            // is locked but not deleted, hence not returned, hence not pushed: it is claimed
+            // again later. Rows come back in physical order; the relay sorts them by `id`.
             claim: format!(
-                "WITH claimed AS (
-                     SELECT id FROM {t}
+                "DELETE FROM {t}
+                 WHERE ctid = ANY(ARRAY(
+                     SELECT ctid FROM {t}
                      WHERE available_at <= now()
                        AND ($2::float8 IS NULL OR created_at <= now() - $2 * interval '1 second')
                      ORDER BY id
                      LIMIT $1
-                     FOR UPDATE SKIP LOCKED)
-                 DELETE FROM {t} p USING claimed c WHERE p.id = c.id
-                 RETURNING p.id, p.uuid, p.queue, p.job_type, p.payload, p.parent_uuid,
-                           p.predecessor_uuid, p.dead_parent, p.run_at, p.headers::text AS headers,
-                           p.created_at, p.attempts"
+                     FOR UPDATE SKIP LOCKED))
+                 RETURNING id, uuid, queue, job_type, payload, parent_uuid, predecessor_uuid,
+                           dead_parent, run_at, headers::text AS headers, created_at, attempts"
             ),
             retry: format!("INSERT INTO {t} ({ROW_COLUMNS}) SELECT {UNNEST_SELECT} FROM {UNNEST}"),
             dead_letter: format!(

@@ -2,7 +2,8 @@
 //!
 //! - `drain`: COPY `BENCH_ROWS` rows (default 200,000; 200-byte payloads over 8 queues), start
 //!   the relay with the binary's default settings, time until the table is empty and every job
-//!   is in Redis; rows/s and relay CPU seconds per 100,000 jobs;
+//!   is in Redis; rows/s, relay CPU seconds per 100,000 jobs, and where the machine's CPU went:
+//!   microseconds per job in the relay, Redis and Postgres, the rest, and the cores busy;
 //! - `naive`: `BENCH_NAIVE_ROWS` rows (default 10,000) through a naive relay written here (one
 //!   row per transaction, one Redis round trip per job, same enqueue script and dedup); rows/s,
 //!   and the ratio drain/naive;
@@ -21,6 +22,9 @@
 //! default `postgres://postgres@127.0.0.1:5432/postgres`, dropped at the end) and a Redis
 //! namespace of its own (`bench<random>:` on `REDIS_URL`, deleted at the end). `BENCH_WORKERS`
 //! and `BENCH_BATCH_SIZE` override the relay defaults.
+
+#[path = "cpu.rs"]
+mod cpu;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -291,17 +295,6 @@ impl RunningRelay {
     }
 }
 
-/// User + system CPU seconds of this process so far.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which is in parentheses): utime is the 14th field.
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // after ')' : state(0) ppid(1) ... utime is field 14 overall => index 11 here, stime 12.
-    (ticks(11) + ticks(12)) / 100.0
-}
-
 async fn wait_for<F, Fut>(what: &str, limit: Duration, mut cond: F) -> Result<(), BoxError>
 where
     F: FnMut() -> Fut,
@@ -319,7 +312,7 @@ where
 
 async fn bench_drain(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, BoxError> {
     sb.copy_rows(args.rows, "drain").await?;
-    let cpu0 = cpu_seconds();
+    let cpu0 = cpu::CpuSnapshot::take(&sb.redis).await;
     let t0 = Instant::now();
     let relay = start_relay(sb, args).await?;
     wait_for("the drain", Duration::from_secs(600), || async {
@@ -327,13 +320,16 @@ async fn bench_drain(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, Box
     })
     .await?;
     let elapsed = t0.elapsed().as_secs_f64();
-    let cpu = cpu_seconds() - cpu0;
+    let cpu1 = cpu::CpuSnapshot::take(&sb.redis).await;
     relay.stop().await;
+    let breakdown = cpu1.per_job_since(&cpu0, args.rows);
+    let relay_us = breakdown["cpu_us_per_job"]["relay"].as_f64().unwrap_or(0.0);
     Ok(json!({
         "rows": args.rows,
         "seconds": round(elapsed, 3),
         "rows_per_second": round(args.rows as f64 / elapsed, 0),
-        "relay_cpu_seconds_per_100k": round(cpu / args.rows as f64 * 100_000.0, 3),
+        "relay_cpu_seconds_per_100k": round(relay_us / 10.0, 3),
+        "cpu": breakdown,
     }))
 }
 
