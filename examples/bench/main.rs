@@ -9,9 +9,13 @@
 //!   and the ratio drain/naive;
 //! - `latency`: a producer commits `BENCH_RATE` jobs/s (default 2,000, one row per transaction)
 //!   for `BENCH_SECONDS` (default 20) while the relay runs and a consumer BRPOPs; per job, the
-//!   time from the producer's commit returning to the pop: p50, p99, max;
+//!   time from the producer's commit returning to the pop: p50, p99, max; and, for all jobs and
+//!   for the slowest 1%, how that time splits into waiting to be claimed, the push to Redis and
+//!   the pop;
 //! - `notify_cost`: single-row insert rate of 8 producers with the notify trigger and without,
-//!   the relay running (so its wake-up lease is in play, as in production).
+//!   the relay running (so its wake-up lease is in play, as in production), over
+//!   `BENCH_INSERT_SECONDS` (default 12) in alternating pairs; the cost is the median of the
+//!   pairs' ratios.
 //!
 //! ```text
 //! cargo run --release --example bench
@@ -25,6 +29,8 @@
 
 #[path = "cpu.rs"]
 mod cpu;
+#[path = "timed_sink.rs"]
+mod timed_sink;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -234,7 +240,11 @@ struct RunningRelay {
     runtime: tokio::runtime::Runtime,
 }
 
-async fn start_relay(sb: &Sandbox, args: &Args) -> Result<RunningRelay, BoxError> {
+async fn start_relay(
+    sb: &Sandbox,
+    args: &Args,
+    push_times: Option<timed_sink::PushTimes>,
+) -> Result<RunningRelay, BoxError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -251,11 +261,10 @@ async fn start_relay(sb: &Sandbox, args: &Args) -> Result<RunningRelay, BoxError
                 async move { jobrelay::redis_conn::connect(&client, Duration::from_secs(5)).await },
             )
             .await??;
-        sinks.push(RedisSink::new(
-            enqueuer.clone(),
-            con,
-            Duration::from_secs(5),
-        ));
+        sinks.push(timed_sink::TimedSink {
+            inner: RedisSink::new(enqueuer.clone(), con, Duration::from_secs(5)),
+            times: push_times.clone(),
+        });
     }
     let settings = RelaySettings {
         table: TableName::default(),
@@ -314,7 +323,7 @@ async fn bench_drain(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, Box
     sb.copy_rows(args.rows, "drain").await?;
     let cpu0 = cpu::CpuSnapshot::take(&sb.redis).await;
     let t0 = Instant::now();
-    let relay = start_relay(sb, args).await?;
+    let relay = start_relay(sb, args, None).await?;
     wait_for("the drain", Duration::from_secs(600), || async {
         Ok(sb.table_empty().await? && sb.jobs_in_queues("drain").await? == args.rows)
     })
@@ -451,33 +460,56 @@ async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, B
     sqlx::query("VACUUM (ANALYZE) pending_jobs")
         .execute(&sb.pool)
         .await?;
-    let relay = start_relay(sb, args).await?;
     let total = (args.rate as f64 * args.seconds) as usize;
+    let pushes: timed_sink::PushTimes = Arc::new(Mutex::new(HashMap::with_capacity(total)));
+    let relay = start_relay(sb, args, Some(pushes.clone())).await?;
+    let cpu0 = cpu::CpuSnapshot::take(&sb.redis).await;
     let committed: Arc<Mutex<HashMap<uuid::Uuid, Instant>>> =
         Arc::new(Mutex::new(HashMap::with_capacity(total)));
     let popped: Arc<Mutex<HashMap<uuid::Uuid, Instant>>> =
         Arc::new(Mutex::new(HashMap::with_capacity(total)));
 
-    // The consumer: BRPOP, decode, note the time. A thread of its own with a blocking
-    // connection, as a consumer process would be, so that the producers' tasks cannot delay
-    // its timestamps.
+    // The consumer: BRPOP, then RPOP up to 100 more without blocking while the list has any;
+    // each job is timed when the reply that carried it arrived. A thread of its own with a
+    // blocking connection, as a consumer process would be, so that the producers' tasks cannot
+    // delay its timestamps. Popping one job per round trip would measure the consumer: it
+    // falls behind whenever a batch lands, and the slowest jobs then wait for it, not for the
+    // relay.
     let consumer = {
         let popped = popped.clone();
         let mut con = sb.redis.get_connection()?;
         let key = format!("{}queue:latency", sb.namespace);
         std::thread::spawn(move || {
             use prost::Message;
-            while popped.lock().unwrap().len() < total {
-                let r: Option<(String, Vec<u8>)> = redis::cmd("BRPOP")
+            let mut seen = 0;
+            while seen < total {
+                let first: Option<(String, Vec<u8>)> = redis::cmd("BRPOP")
                     .arg(&key)
                     .arg(1)
                     .query(&mut con)
                     .unwrap_or(None);
-                if let Some((_, bytes)) = r {
-                    let now = Instant::now();
-                    let job = jobrelay::proto::v1::Job::decode(bytes.as_slice()).expect("a job");
-                    let uuid: uuid::Uuid = job.uuid.parse().expect("a uuid");
-                    popped.lock().unwrap().insert(uuid, now);
+                let Some((_, first)) = first else { continue };
+                let mut reply = vec![first];
+                let mut now = Instant::now();
+                loop {
+                    let mut popped = popped.lock().unwrap();
+                    for bytes in reply.drain(..) {
+                        let job =
+                            jobrelay::proto::v1::Job::decode(bytes.as_slice()).expect("a job");
+                        popped.insert(job.uuid.parse().expect("a uuid"), now);
+                        seen += 1;
+                    }
+                    drop(popped);
+                    reply = redis::cmd("RPOP")
+                        .arg(&key)
+                        .arg(100)
+                        .query::<Option<Vec<Vec<u8>>>>(&mut con)
+                        .unwrap_or(None)
+                        .unwrap_or_default();
+                    now = Instant::now();
+                    if reply.is_empty() {
+                        break;
+                    }
                 }
             }
         })
@@ -515,6 +547,9 @@ async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, B
         h.await?;
     }
     let produce_secs = t0.elapsed().as_secs_f64();
+    let cpu = cpu::CpuSnapshot::take(&sb.redis)
+        .await
+        .per_job_since(&cpu0, total);
     tokio::time::timeout(
         Duration::from_secs(60),
         tokio::task::spawn_blocking(move || consumer.join()),
@@ -525,6 +560,7 @@ async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, B
 
     let committed = committed.lock().unwrap();
     let popped = popped.lock().unwrap();
+    let pushes = pushes.lock().unwrap();
     let mut lat: Vec<f64> = committed
         .iter()
         .map(|(u, c)| {
@@ -542,7 +578,53 @@ async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, B
         "p50_ms": round(q(0.50), 3),
         "p99_ms": round(q(0.99), 3),
         "max_ms": round(*lat.last().unwrap_or(&0.0), 3),
+        "all_jobs": split_latency(&committed, &pushes, &popped, 0.0),
+        "slowest_1_percent": split_latency(&committed, &pushes, &popped, q(0.99)),
+        "cpu": cpu,
     }))
+}
+
+/// Where the time of the jobs whose latency is at least `from_ms` went, on average: waiting
+/// to be claimed (commit returned until the relay's push began), the push to Redis, and
+/// until the consumer popped the job; with how many relay batches and 100 ms windows of
+/// commit time those jobs fall in (few: one stall; many: spread out).
+fn split_latency(
+    committed: &HashMap<uuid::Uuid, Instant>,
+    pushes: &HashMap<uuid::Uuid, (Instant, Instant)>,
+    popped: &HashMap<uuid::Uuid, Instant>,
+    from_ms: f64,
+) -> serde_json::Value {
+    let Some(origin) = committed.values().min().copied() else {
+        return json!(null);
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let (mut n, mut wait, mut push, mut pop) = (0usize, 0.0, 0.0, 0.0);
+    let mut batches = std::collections::HashSet::new();
+    let mut windows = std::collections::HashSet::new();
+    for (uuid, &c) in committed {
+        let (Some(&(ps, pe)), Some(&p)) = (pushes.get(uuid), popped.get(uuid)) else {
+            continue;
+        };
+        if ms(p.saturating_duration_since(c)) < from_ms {
+            continue;
+        }
+        n += 1;
+        // A push can begin before the producer has seen its COMMIT return.
+        wait += ms(ps.saturating_duration_since(c));
+        push += ms(pe.saturating_duration_since(ps.max(c)));
+        pop += ms(p.saturating_duration_since(pe.max(c)));
+        batches.insert(ps);
+        windows.insert(c.duration_since(origin).as_millis() / 100);
+    }
+    let mean = |x: f64| round(x / n.max(1) as f64, 3);
+    json!({
+        "jobs": n,
+        "mean_wait_for_claim_ms": mean(wait),
+        "mean_push_ms": mean(push),
+        "mean_until_popped_ms": mean(pop),
+        "batches": batches.len(),
+        "windows_of_100ms": windows.len(),
+    })
 }
 
 /// Single-row inserts by `PRODUCERS` concurrent producers for `seconds`, while the relay
@@ -576,28 +658,54 @@ async fn insert_rate(sb: &Sandbox, seconds: f64) -> Result<f64, BoxError> {
 const PRODUCERS: usize = 8;
 
 /// Producer insert rate with the notify trigger and without it, the relay running throughout.
-/// Alternates the two to spread drift (autovacuum, page cache) over both sides.
+///
+/// The machine's speed drifts by more than the effect measured (the same 4 s pgbench run
+/// varies by 15% here), so the two sides alternate in short pairs, the order flipping from one
+/// pair to the next, and the cost reported is the median of the pairs' own ratios.
 async fn bench_notify_cost(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, BoxError> {
-    let relay = start_relay(sb, args).await?;
-    let half = args.insert_seconds / 2.0;
-    let (mut with, mut without) = (0.0, 0.0);
-    for _ in 0..2 {
-        with += insert_rate(sb, half).await?;
-        sqlx::query("ALTER TABLE pending_jobs DISABLE TRIGGER pending_jobs_notify")
-            .execute(&sb.pool)
-            .await?;
-        without += insert_rate(sb, half).await?;
-        sqlx::query("ALTER TABLE pending_jobs ENABLE TRIGGER pending_jobs_notify")
-            .execute(&sb.pool)
-            .await?;
+    const PAIR_SECONDS: f64 = 2.0;
+    let relay = start_relay(sb, args, None).await?;
+    let pairs = ((args.insert_seconds / PAIR_SECONDS).round() as usize).max(2);
+    let side = args.insert_seconds / pairs as f64 / 2.0;
+    let set_trigger = |on: bool| {
+        let sql = if on {
+            "ALTER TABLE pending_jobs ENABLE TRIGGER pending_jobs_notify"
+        } else {
+            "ALTER TABLE pending_jobs DISABLE TRIGGER pending_jobs_notify"
+        };
+        sqlx::query(sql).execute(&sb.pool)
+    };
+    let (mut with, mut without, mut costs) = (0.0, 0.0, Vec::new());
+    for pair in 0..pairs {
+        let mut rate = [0.0; 2];
+        let order = if pair % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for on in order {
+            set_trigger(on).await?;
+            rate[on as usize] = insert_rate(sb, side).await?;
+        }
+        with += rate[1];
+        without += rate[0];
+        costs.push((1.0 - rate[1] / rate[0]) * 100.0);
     }
+    set_trigger(true).await?;
     relay.stop().await;
-    let (with, without) = (with / 2.0, without / 2.0);
+    costs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let median = if costs.len() % 2 == 1 {
+        costs[costs.len() / 2]
+    } else {
+        (costs[costs.len() / 2 - 1] + costs[costs.len() / 2]) / 2.0
+    };
     Ok(json!({
         "producers": PRODUCERS,
-        "inserts_per_second_with_trigger": round(with, 0),
-        "inserts_per_second_without_trigger": round(without, 0),
-        "overhead_percent": round((1.0 - with / without) * 100.0, 1),
+        "pairs": pairs,
+        "inserts_per_second_with_trigger": round(with / pairs as f64, 0),
+        "inserts_per_second_without_trigger": round(without / pairs as f64, 0),
+        "overhead_percent": round(median, 1),
+        "overhead_percent_each_pair": costs.iter().map(|c| round(*c, 1)).collect::<Vec<_>>(),
     }))
 }
 
