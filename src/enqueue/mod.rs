@@ -79,6 +79,9 @@ impl Enqueuer {
         let mut sent: Vec<usize> = Vec::with_capacity(jobs.len().min(MAX_JOBS_PER_CALL));
         let mut invocation = self.new_invocation();
         let mut buf = Vec::new();
+        // Key and route arguments, built here and copied into the invocation: one buffer for
+        // the whole batch, not one allocation per job.
+        let mut scratch = String::new();
         for (i, job) in jobs.iter().enumerate() {
             match job.validate().and_then(|()| {
                 buf.clear();
@@ -87,7 +90,7 @@ impl Enqueuer {
                 Err(e) => results.push(Some(Err(e))),
                 Ok(()) => {
                     results.push(None);
-                    self.add_job(&mut invocation, job, &buf);
+                    self.add_job(&mut invocation, job, &buf, &mut scratch);
                     sent.push(i);
                     if sent.len() == MAX_JOBS_PER_CALL {
                         self.call(con, &invocation, &sent, jobs, &mut results)
@@ -130,17 +133,44 @@ impl Enqueuer {
         inv
     }
 
-    fn add_job(&self, inv: &mut redis::ScriptInvocation<'_>, job: &Job, marshalled: &[u8]) {
+    fn add_job(
+        &self,
+        inv: &mut redis::ScriptInvocation<'_>,
+        job: &Job,
+        marshalled: &[u8],
+        key: &mut String,
+    ) {
+        use std::fmt::Write as _;
         let mut uuid = uuid::Uuid::encode_buffer();
-        let mut parent = uuid::Uuid::encode_buffer();
-        let mut pred = uuid::Uuid::encode_buffer();
-        inv.arg(&*job.uuid.hyphenated().encode_lower(&mut uuid))
-            .arg(&job.queue)
-            .arg(uuid_arg(job.parent_uuid, &mut parent))
-            .arg(uuid_arg(job.predecessor_uuid, &mut pred))
-            .arg(if job.dead_parent { "1" } else { "0" })
-            .arg(job.run_at.map(epoch_score).unwrap_or_default())
-            .arg(marshalled);
+        key.clear();
+        key.push_str(&self.namespace);
+        key.push_str("jobs:");
+        key.push_str(job.uuid.hyphenated().encode_lower(&mut uuid));
+        inv.arg(&*key);
+        key.truncate(self.namespace.len());
+        key.push_str("queue:");
+        key.push_str(&job.queue);
+        inv.arg(&*key);
+        // The route: empty for the common case (nothing but the queue), which the script
+        // takes without parsing; see enqueue.lua.
+        key.clear();
+        if job.parent_uuid.is_some()
+            || job.predecessor_uuid.is_some()
+            || job.run_at.is_some()
+            || job.dead_parent
+        {
+            let mut parent = uuid::Uuid::encode_buffer();
+            let mut pred = uuid::Uuid::encode_buffer();
+            let _ = write!(
+                key,
+                "{}|{}|{}|{}",
+                if job.dead_parent { "1" } else { "0" },
+                uuid_arg(job.parent_uuid, &mut parent),
+                uuid_arg(job.predecessor_uuid, &mut pred),
+                job.run_at.map(epoch_score).unwrap_or_default()
+            );
+        }
+        inv.arg(&*key).arg(marshalled);
     }
 
     async fn call<C: ConnectionLike + Send>(
