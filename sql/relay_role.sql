@@ -72,8 +72,8 @@ BEGIN
     GRANT UPDATE (available_at) ON public.pending_jobs TO jobrelay_relay;
     GRANT SELECT, INSERT ON public.pending_jobs_dead TO jobrelay_relay;
     GRANT SELECT ON public._sqlx_migrations TO jobrelay_relay;
-    -- The wake-up lease (migration 3): a busy relay tells producers to skip NOTIFY. The
-    -- insert trigger reads it as its owner (SECURITY DEFINER), so producers need no grant.
+    -- The wake-up lease table of migrations 3-4 (dropped by migration 5, whose advisory lock
+    -- needs no grant): granted only on a schema that still has it.
     IF to_regclass('public.jobrelay_wakeup') IS NOT NULL THEN
         GRANT SELECT, INSERT, UPDATE ON public.jobrelay_wakeup TO jobrelay_relay;
     END IF;

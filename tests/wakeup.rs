@@ -1,5 +1,6 @@
-//! The wake-up lease (migration 3, src/relay/lease.rs): a busy relay holds a lease and
-//! producers skip NOTIFY; when the lease lapses, a producer that trusted it is not stranded.
+//! The wake-up lock (migration 5, src/relay/lease.rs): a busy relay holds an advisory lock and
+//! producers skip NOTIFY; when it unlocks, a producer that skipped is not stranded; a relay that
+//! dies releases it at once.
 
 mod common;
 
@@ -10,14 +11,42 @@ use common::*;
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 
-async fn lease_held(pool: &PgPool) -> bool {
+/// Whether a relay holds the wake-up lock of `pending_jobs` in this test's database.
+async fn lock_held(pool: &PgPool) -> bool {
     sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM jobrelay_wakeup
-                        WHERE channel = 'pending_jobs' AND awake_until > clock_timestamp())",
+        "SELECT EXISTS (SELECT 1 FROM pg_locks
+                        WHERE locktype = 'advisory' AND granted AND mode = 'ExclusiveLock'
+                          AND database = (SELECT oid FROM pg_database
+                                          WHERE datname = current_database())
+                          AND classid = 27250 AND objsubid = 2
+                          AND objid = (hashtext('pending_jobs')::int8 & 4294967295)::text::oid)",
     )
     .fetch_one(pool)
     .await
     .unwrap()
+}
+
+/// Inserts one row into `queue`, expects its NOTIFY on `listener` (`why`), then the row in
+/// Redis, well before any 30 s poll.
+async fn insert_notified_and_relayed(
+    pool: &PgPool,
+    ns: &Namespace,
+    listener: &mut PgListener,
+    queue: &str,
+    why: &str,
+) {
+    insert_rows(pool, 1, queue).await;
+    tokio::time::timeout(Duration::from_secs(5), listener.recv())
+        .await
+        .unwrap_or_else(|_| panic!("NOTIFY {why}"))
+        .unwrap();
+    let key = format!("queue:{queue}");
+    wait_until(
+        &format!("the row is relayed ({why})"),
+        Duration::from_secs(5),
+        || async { ns.llen(&key).await == 1 },
+    )
+    .await;
 }
 
 /// Starts a daemon that would only poll every 30 s, and makes it busy (one row relayed).
@@ -35,21 +64,21 @@ async fn busy_relay(pool: &PgPool, ns: &Namespace) -> RelayChild {
 }
 
 #[sqlx::test]
-async fn a_busy_relay_holds_the_lease_and_inserts_skip_notify(pool: PgPool) {
+async fn a_busy_relay_holds_the_lock_and_inserts_skip_notify(pool: PgPool) {
     let ns = Namespace::new();
     let mut relay = busy_relay(&pool, &ns).await;
-    wait_until("the lease is held", Duration::from_secs(5), || {
-        lease_held(&pool)
+    wait_until("the lock is held", Duration::from_secs(5), || {
+        lock_held(&pool)
     })
     .await;
 
     let mut listener = PgListener::connect_with(&pool).await.unwrap();
     listener.listen("pending_jobs").await.unwrap();
-    // Keep the relay busy so that the lease is renewed, and insert while it holds.
+    // Keep the relay busy so that the lock is renewed, and insert while it holds.
     insert_rows(&pool, 1, "q").await;
-    assert!(lease_held(&pool).await);
+    assert!(lock_held(&pool).await);
     let n = tokio::time::timeout(Duration::from_millis(300), listener.recv()).await;
-    assert!(n.is_err(), "no NOTIFY while the lease holds: {n:?}");
+    assert!(n.is_err(), "no NOTIFY while the lock holds: {n:?}");
     wait_until(
         "the row is relayed by polling",
         Duration::from_secs(5),
@@ -57,36 +86,33 @@ async fn a_busy_relay_holds_the_lease_and_inserts_skip_notify(pool: PgPool) {
     )
     .await;
 
-    // Idle: the lease lapses and inserts notify again.
-    wait_until("the lease lapses", Duration::from_secs(10), || async {
-        !lease_held(&pool).await
+    // Idle: the relay unlocks and inserts notify again.
+    wait_until("the relay unlocks", Duration::from_secs(10), || async {
+        !lock_held(&pool).await
     })
     .await;
-    // The lapse wakes the workers once more; let that pass, then insert.
-    insert_rows(&pool, 1, "after").await;
-    tokio::time::timeout(Duration::from_secs(5), listener.recv())
-        .await
-        .expect("NOTIFY after the lease lapsed")
-        .unwrap();
-    wait_until(
-        "the row after the lapse is relayed",
-        Duration::from_secs(5),
-        || async { ns.llen("queue:after").await == 1 },
+    // Unlocking wakes the workers once more; let that pass, then insert.
+    insert_notified_and_relayed(
+        &pool,
+        &ns,
+        &mut listener,
+        "after",
+        "after the relay unlocked",
     )
     .await;
     relay.signal("TERM");
     assert_eq!(relay.wait(Duration::from_secs(30)).await, Some(0));
 }
 
-/// A producer whose trigger saw the lease (so it did not notify) but that commits only after
-/// the lease lapsed: the relay waits for it before going to sleep, so its row does not wait
+/// A producer whose insert ran while the lock was held (so it did not notify) but that commits
+/// only after the relay unlocked: the relay waits for it before going to sleep, so its row does not wait
 /// for the 30 s poll.
 #[sqlx::test]
-async fn a_producer_that_trusted_the_lease_is_not_stranded(pool: PgPool) {
+async fn a_producer_that_skipped_notify_is_not_stranded(pool: PgPool) {
     let ns = Namespace::new();
     let mut relay = busy_relay(&pool, &ns).await;
-    wait_until("the lease is held", Duration::from_secs(5), || {
-        lease_held(&pool)
+    wait_until("the lock is held", Duration::from_secs(5), || {
+        lock_held(&pool)
     })
     .await;
 
@@ -95,19 +121,22 @@ async fn a_producer_that_trusted_the_lease_is_not_stranded(pool: PgPool) {
         .execute(&mut *tx)
         .await
         .unwrap();
-    let trusted: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM jobrelay_wakeup WHERE awake_until > clock_timestamp())",
+    // The trigger fires only when its transaction could take the lock shared.
+    let skipped: bool = sqlx::query_scalar(
+        "SELECT NOT EXISTS (SELECT 1 FROM pg_locks
+                            WHERE pid = pg_backend_pid() AND locktype = 'advisory'
+                              AND classid = 27250)",
     )
     .fetch_one(&mut *tx)
     .await
     .unwrap();
     assert!(
-        trusted,
-        "the insert ran while the lease held, so it did not notify"
+        skipped,
+        "the insert ran while the lock was held, so it did not notify"
     );
-    // The relay goes idle: its lease expires while this transaction is still open.
-    wait_until("the lease lapses", Duration::from_secs(10), || async {
-        !lease_held(&pool).await
+    // The relay goes idle and unlocks while this transaction is still open.
+    wait_until("the relay unlocks", Duration::from_secs(10), || async {
+        !lock_held(&pool).await
     })
     .await;
     tx.commit().await.unwrap();
@@ -121,61 +150,37 @@ async fn a_producer_that_trusted_the_lease_is_not_stranded(pool: PgPool) {
     assert_eq!(relay.wait(Duration::from_secs(30)).await, Some(0));
 }
 
-/// A relay whose role may not write the lease (e.g. roles set up before migration 3) says so
-/// once and still wakes on NOTIFY: nothing waits for the 30 s poll.
+/// A relay killed while it holds the lock releases it with its session: the next insert
+/// notifies, and another relay picks the row up at once instead of at its 30 s poll.
 #[sqlx::test]
-async fn without_the_lease_grant_the_relay_falls_back_to_notify(pool: PgPool) {
+async fn a_relay_killed_holding_the_lock_releases_it(pool: PgPool) {
     let ns = Namespace::new();
-    let role = format!(
-        "jobrelay_nolease_{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    );
-    for sql in [
-        format!("CREATE ROLE {role} LOGIN"),
-        format!("GRANT SELECT, INSERT, DELETE ON pending_jobs TO {role}"),
-        format!("GRANT UPDATE (available_at) ON pending_jobs TO {role}"),
-        format!("GRANT SELECT, INSERT ON pending_jobs_dead TO {role}"),
-        format!("GRANT SELECT ON _sqlx_migrations TO {role}"),
-    ] {
-        sqlx::query(&sql).execute(&pool).await.unwrap();
-    }
-    let mut url = url::Url::parse(&database_url_of(&pool).await).unwrap();
-    url.set_username(&role).unwrap();
-    let logs = tempfile::NamedTempFile::new().unwrap();
-    let mut relay = RelayChild::start_logged(
-        url.as_str(),
-        &ns.url,
-        &ns.prefix,
-        &["--poll-interval", "30s"],
-        logs.path(),
-        "info",
-    );
-    for round in 0..3 {
-        insert_rows(&pool, 1, &format!("q{round}")).await;
-        wait_until(
-            "the row is relayed, woken by NOTIFY",
-            Duration::from_secs(5),
-            || async { ns.llen(&format!("queue:q{round}")).await == 1 },
-        )
-        .await;
-    }
-    relay.signal("TERM");
-    assert_eq!(relay.wait(Duration::from_secs(30)).await, Some(0));
-    let log = std::fs::read_to_string(logs.path()).unwrap();
-    assert_eq!(
-        log.matches("cannot hold the wake-up lease").count(),
-        1,
-        "warned once: {log}"
-    );
-    let held: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM jobrelay_wakeup)")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert!(!held, "no lease was written");
-    for sql in [
-        format!("REVOKE ALL ON pending_jobs, pending_jobs_dead, _sqlx_migrations FROM {role}"),
-        format!("DROP ROLE {role}"),
-    ] {
-        sqlx::query(&sql).execute(&pool).await.unwrap();
-    }
+    let mut relay = busy_relay(&pool, &ns).await;
+    wait_until("the lock is held", Duration::from_secs(5), || {
+        lock_held(&pool)
+    })
+    .await;
+    relay.signal("KILL");
+    relay.wait(Duration::from_secs(10)).await;
+    wait_until(
+        "the killed relay's session ends",
+        Duration::from_secs(5),
+        || async { !lock_held(&pool).await },
+    )
+    .await;
+
+    let db = database_url_of(&pool).await;
+    let mut other = RelayChild::start(&db, &ns.url, &ns.prefix, &["--poll-interval", "30s"]);
+    let mut listener = PgListener::connect_with(&pool).await.unwrap();
+    listener.listen("pending_jobs").await.unwrap();
+    insert_notified_and_relayed(
+        &pool,
+        &ns,
+        &mut listener,
+        "after_kill",
+        "once the killed relay's lock is gone",
+    )
+    .await;
+    other.signal("TERM");
+    assert_eq!(other.wait(Duration::from_secs(30)).await, Some(0));
 }

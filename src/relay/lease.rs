@@ -1,24 +1,27 @@
-//! The wake-up lease: while workers are busy, producers skip NOTIFY and the relay polls.
+//! The wake-up lock: while workers are busy, producers skip NOTIFY and the relay polls.
 //!
 //! NOTIFY serialises the commits of concurrent producers (Postgres holds a database-wide lock
 //! from a notifying transaction's commit through its WAL flush). A relay that has just found
-//! work will look again within a millisecond anyway, so it takes a lease in `jobrelay_wakeup`
-//! (migration 3); while the lease holds, the insert trigger does not notify, and this task
-//! polls the table every [`AWAKE_POLL`] instead.
+//! work will look again within a millisecond anyway, so it takes the session-level advisory
+//! lock `(27250, hashtext(<channel>))` exclusively (migration 5); the insert trigger fires only
+//! WHEN its transaction can take that lock shared, so while a relay holds it producers neither
+//! notify nor run any PL/pgSQL, and this task polls the table every [`AWAKE_POLL`] instead.
 //!
-//! When no worker has found rows for [`AWAKE_WINDOW`], the task stops renewing. Once the lease
-//! has expired on the server's clock, it waits until every transaction that was running at that
-//! moment has ended (snapshot xmin passes the xmax seen after expiry): any producer that skipped
-//! its NOTIFY because of the lease has then committed or aborted. It wakes the workers for one
-//! more claim, and from then on the trigger notifies again. No row waits for the poll interval
-//! because of the lease, unless an unrelated transaction holds the xmin back for longer than
-//! [`XMIN_WAIT_LIMIT`]. If the relay dies holding a lease, producers skip NOTIFY until it
-//! expires ([`LEASE`]); other relays still find those rows within their poll interval.
+//! When no worker has found rows for [`AWAKE_WINDOW`], the task unlocks, then waits until every
+//! transaction that was running at that moment has ended (snapshot xmin passes a transaction
+//! id taken after unlocking): any producer that skipped its NOTIFY because of the lock has then
+//! committed or aborted. It wakes the workers for one more claim, and from then on the trigger
+//! notifies again. No row waits for the poll interval because of the lock, unless an unrelated
+//! transaction holds the xmin back for longer than [`XMIN_WAIT_LIMIT`].
+//!
+//! A relay that dies releases the lock with its session. One that hangs with its connection
+//! open stops polling, and its session is ended by the server after [`IDLE_SESSION_TIMEOUT`]
+//! (`idle_session_timeout`, Postgres 14 and later); other relays still poll meanwhile.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use sqlx::PgPool;
+use sqlx::{Connection, PgConnection, PgPool};
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
@@ -28,10 +31,15 @@ use crate::table::TableName;
 pub const AWAKE_WINDOW: Duration = Duration::from_secs(1);
 /// How often an awake relay checks for claimable rows.
 pub const AWAKE_POLL: Duration = Duration::from_millis(1);
-/// Lease length on the server's clock; renewed every third of it while awake.
-pub const LEASE: Duration = Duration::from_millis(600);
-/// Longest wait for older transactions to end after the lease lapsed.
+/// How long the relay waits to take the lock (producers' transactions hold it shared until
+/// they end); it tries again this often while awake.
+pub const LOCK_WAIT: Duration = Duration::from_millis(200);
+/// The server ends the lock's session when it has been idle this long (a hung relay).
+pub const IDLE_SESSION_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait for older transactions to end after unlocking.
 pub const XMIN_WAIT_LIMIT: Duration = Duration::from_secs(10);
+/// First key of the wake-up lock ("jr"); the second is `hashtext(<channel>)`.
+pub const LOCK_CLASS: i32 = 0x6A72;
 
 /// When the workers last claimed rows.
 #[derive(Debug)]
@@ -77,10 +85,7 @@ impl Activity {
     }
 }
 
-/// Runs the lease until `shutdown`, bumping `wake` whenever workers should claim.
-///
-/// Degrades to plain NOTIFY wake-ups when the lease cannot be written (e.g. a role without
-/// privileges on `jobrelay_wakeup`, or a schema before migration 3): logged once.
+/// Runs the wake-up lock until `shutdown`, bumping `wake` whenever workers should claim.
 pub async fn keep_awake(
     pool: PgPool,
     table: TableName,
@@ -97,66 +102,73 @@ pub async fn keep_awake(
         table.pending()
     );
     let bump = || wake.send_modify(|g| *g = g.wrapping_add(1));
-    let mut leased = false;
-    let mut renewed_at: Option<Instant> = None;
-    let mut warned = false;
+    // The lock's session, kept from a failed try to the next, and whether it holds the lock.
+    let mut session: Option<PgConnection> = None;
+    let mut held = false;
+    let mut tried_at: Option<Instant> = None;
     // While Postgres fails, wait as the workers do instead of polling every millisecond.
     let mut backoff = crate::backoff::Backoff::transient();
     loop {
         if shutdown.is_cancelled() {
-            if leased {
-                let _ = release(&pool, &channel).await;
+            if let Some(con) = session.take() {
+                let _ = con.close().await;
             }
             return;
         }
         if activity.is_awake() {
-            let mut failed = false;
-            if renewed_at.is_none_or(|t| t.elapsed() >= LEASE / 3) {
-                renewed_at = Some(Instant::now());
-                match renew(&pool, &channel).await {
-                    Ok(()) => leased = true,
-                    Err(sqlx::Error::Database(e)) if !warned => {
-                        // A role without privileges, or a schema before migration 3.
-                        warned = true;
-                        tracing::warn!(error = %e, "cannot hold the wake-up lease; producers keep notifying on every insert");
+            if !held && tried_at.is_none_or(|t| t.elapsed() >= LOCK_WAIT) {
+                tried_at = Some(Instant::now());
+                match try_lock(&pool, &mut session, &channel).await {
+                    Ok(true) => {
+                        tracing::debug!("wake-up lock taken: producers skip NOTIFY");
+                        held = true;
                     }
-                    Err(_) => failed = true,
+                    // Producers that skipped NOTIFY while this waited for the lock have
+                    // committed or are about to: claim once more so none waits for the poll.
+                    Ok(false) => bump(),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "cannot take the wake-up lock");
+                        session = None;
+                    }
                 }
             }
-            if leased && !failed {
-                match sqlx::query_scalar::<_, bool>(&ready_sql)
-                    .fetch_one(&pool)
+            let pause = match session.as_mut().filter(|_| held) {
+                // Not held (a producer's long transaction, or Postgres failing): producers
+                // notify; nothing to poll until the next try.
+                None => LOCK_WAIT,
+                Some(con) => match sqlx::query_scalar::<_, bool>(&ready_sql)
+                    .fetch_one(con)
                     .await
                 {
-                    Ok(true) => bump(),
-                    Ok(false) => {}
-                    Err(_) => failed = true,
-                }
-            }
-            let pause = if failed {
-                // Postgres is failing: the workers report it; this task keeps out of the way.
-                backoff.next_delay()
-            } else if !leased {
-                // No lease (e.g. a role without the grant): producers notify, nothing to poll
-                // until the next renewal attempt.
-                backoff.reset();
-                LEASE / 3
-            } else {
-                backoff.reset();
-                AWAKE_POLL
+                    Ok(ready) => {
+                        if ready {
+                            bump();
+                        }
+                        backoff.reset();
+                        AWAKE_POLL
+                    }
+                    Err(e) => {
+                        // The session is gone or failing, and its lock with it (or soon): the
+                        // workers report the outage; this task keeps out of the way.
+                        tracing::debug!(error = %e, "wake-up poll failed");
+                        (session, held) = (None, false);
+                        backoff.next_delay()
+                    }
+                },
             };
             tokio::select! {
                 _ = shutdown.cancelled() => {}
                 _ = tokio::time::sleep(pause) => {}
             }
-        } else if leased {
-            if let Err(e) = lapse(&pool, &channel, &shutdown).await {
-                tracing::debug!(error = %e, "wake-up lease lapse check failed");
+        } else if let Some(con) = session.take() {
+            // Held, or tried: a try that waited made producers skip NOTIFY meanwhile too.
+            if let Err(e) = unlock_and_settle(con, held, &channel, &shutdown).await {
+                tracing::debug!(error = %e, "wake-up lock release failed");
             }
-            leased = false;
-            renewed_at = None;
-            // Rows committed by producers that trusted the lease are visible now.
+            // Rows committed by producers that skipped NOTIFY are visible now.
+            tracing::debug!("wake-up lock released: producers notify again");
             bump();
+            (held, tried_at) = (false, None);
         } else {
             tokio::select! {
                 _ = shutdown.cancelled() => {}
@@ -167,68 +179,81 @@ pub async fn keep_awake(
     }
 }
 
-async fn renew(pool: &PgPool, channel: &str) -> sqlx::Result<()> {
-    sqlx::query(
-        "INSERT INTO jobrelay_wakeup (channel, awake_until)
-         VALUES ($1, clock_timestamp() + $2 * interval '1 millisecond')
-         ON CONFLICT (channel) DO UPDATE
-         SET awake_until = greatest(jobrelay_wakeup.awake_until, EXCLUDED.awake_until)",
-    )
-    .bind(channel)
-    .bind(LEASE.as_millis() as f64)
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-async fn release(pool: &PgPool, channel: &str) -> sqlx::Result<()> {
-    // Only our own lease can be cut short safely if no other relay extended it: leave any
-    // lease that runs longer than ours would have, and let it expire by itself.
-    sqlx::query(
-        "UPDATE jobrelay_wakeup SET awake_until = clock_timestamp()
-         WHERE channel = $1 AND awake_until <= clock_timestamp() + $2 * interval '1 millisecond'",
-    )
-    .bind(channel)
-    .bind(LEASE.as_millis() as f64)
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// Waits until the lease has expired on the server's clock and every transaction running at
-/// that moment has ended.
-async fn lapse(pool: &PgPool, channel: &str, shutdown: &CancellationToken) -> sqlx::Result<()> {
-    let started = Instant::now();
-    loop {
-        let expired: bool = sqlx::query_scalar(
-            "SELECT NOT EXISTS (SELECT 1 FROM jobrelay_wakeup
-                                WHERE channel = $1 AND awake_until > clock_timestamp())",
-        )
-        .bind(channel)
-        .fetch_one(pool)
-        .await?;
-        if expired || shutdown.is_cancelled() || started.elapsed() > LEASE * 4 {
-            break;
+/// Takes the wake-up lock in `session` (opened from `pool` if `None`); `false` when producers'
+/// transactions held it shared for longer than [`LOCK_WAIT`]. While this waits, producers
+/// cannot take the lock shared either (a waiting exclusive request blocks new shared ones), so
+/// they skip NOTIFY: the relay is awake and polls right after.
+async fn try_lock(
+    pool: &PgPool,
+    session: &mut Option<PgConnection>,
+    channel: &str,
+) -> sqlx::Result<bool> {
+    let con = match session {
+        Some(con) => con,
+        None => {
+            let mut con = pool.acquire().await?.detach();
+            // idle_session_timeout exists from Postgres 14 on; older servers just lack the
+            // safeguard.
+            let _ = sqlx::query("SELECT set_config('idle_session_timeout', $1, false)")
+                .bind(IDLE_SESSION_TIMEOUT.as_millis().to_string())
+                .execute(&mut con)
+                .await;
+            sqlx::query("SELECT set_config('lock_timeout', $1, false)")
+                .bind(LOCK_WAIT.as_millis().to_string())
+                .execute(&mut con)
+                .await?;
+            session.insert(con)
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    match sqlx::query("SELECT pg_advisory_lock($1, hashtext($2))")
+        .bind(LOCK_CLASS)
+        .bind(channel)
+        .execute(con)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => Ok(false),
+        Err(e) => Err(e),
     }
-    let xmax: String = sqlx::query_scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())::text")
-        .fetch_one(pool)
+}
+
+/// Unlocks (if `held`), then waits until every transaction running at that moment has ended:
+/// a producer that skipped its NOTIFY has then committed (its row is visible) or aborted.
+async fn unlock_and_settle(
+    mut con: PgConnection,
+    held: bool,
+    channel: &str,
+    shutdown: &CancellationToken,
+) -> sqlx::Result<()> {
+    if held {
+        sqlx::query("SELECT pg_advisory_unlock($1, hashtext($2))")
+            .bind(LOCK_CLASS)
+            .bind(channel)
+            .execute(&mut con)
+            .await?;
+    }
+    // A fresh transaction id: every id below it was assigned before this point. (A snapshot's
+    // xmax would not do: it is one past the latest *completed* id, so a producer whose
+    // transaction holds the newest id is not below it, and the wait below would pass while
+    // that producer is still open.)
+    let next: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text")
+        .fetch_one(&mut con)
         .await?;
     let started = Instant::now();
     loop {
         let passed: bool =
             sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) >= $1::xid8")
-                .bind(&xmax)
-                .fetch_one(pool)
+                .bind(&next)
+                .fetch_one(&mut con)
                 .await?;
         if passed || shutdown.is_cancelled() {
-            return Ok(());
+            break;
         }
         if started.elapsed() > XMIN_WAIT_LIMIT {
             tracing::debug!("an old transaction holds the xmin back; relying on the poll interval");
-            return Ok(());
+            break;
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
+    con.close().await
 }
