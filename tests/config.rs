@@ -75,13 +75,13 @@ fn flag_beats_env_beats_file_beats_default() {
     let other = write(&dir, "d.toml", "workers = 5\n");
     let c = resolve(&["--config", &other], &[("JOBRELAY_CONFIG", file.as_str())]).unwrap();
     assert_eq!(c.workers, 5);
-    assert_eq!(c.batch_size, 1000);
+    assert_eq!(c.batch_size, jobrelay::config::DEFAULT_BATCH_SIZE);
 }
 
 #[test]
 fn empty_environment_variables_count_as_unset() {
     let c = resolve(&[], &[("JOBRELAY_BATCH_SIZE", ""), ("REDIS_URL", "")]).unwrap();
-    assert_eq!(c.batch_size, 1000);
+    assert_eq!(c.batch_size, jobrelay::config::DEFAULT_BATCH_SIZE);
     assert_eq!(c.redis_url.expose(), "redis://127.0.0.1:6379");
 }
 
