@@ -23,3 +23,13 @@ pub async fn connect(
         .set_max_delay(1000);
     ConnectionManager::new_with_config(client.clone(), config).await
 }
+
+/// Whether `e` says the connection itself broke (reset, refused, closed, or a reconnect begun
+/// earlier that failed), as opposed to a timeout or an answer from Redis.
+///
+/// After such an error `ConnectionManager` starts a new connection; but a reconnect begun
+/// during an outage that failed is handed, as this error, to the first request made after
+/// Redis came back. One more try tells that stale connection from an outage that goes on.
+pub fn is_broken_connection(e: &redis::RedisError) -> bool {
+    e.is_connection_dropped() || e.is_connection_refusal() || (e.is_io_error() && !e.is_timeout())
+}

@@ -962,9 +962,10 @@ async fn a_frozen_relay_gives_its_rows_up_after_the_idle_transaction_timeout(poo
         last = (unlocked == 0).then_some(pending);
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    // Two workers of at most one 1,000-row batch each.
+    // The default workers, each with at most one default-sized batch.
+    let most = (jobrelay::config::DEFAULT_WORKERS * jobrelay::config::DEFAULT_BATCH_SIZE) as i64;
     assert!(
-        (1..=2_000).contains(&locked),
+        (1..=most).contains(&locked),
         "{locked} rows held by the frozen relay"
     );
     // ... which come free when Postgres ends the frozen session, not before.
@@ -1133,6 +1134,7 @@ async fn outages_are_logged_once_and_retried_at_a_bounded_rate(pool: PgPool) {
     .assert_exactly_once();
     assert_eq!(dead_count(&pool).await, 0);
     let lines = log_lines(&logs.files());
+    print_health(&lines);
     for dep in ["postgres", "redis"] {
         let down = format!("{dep} unavailable; retrying with backoff");
         let up = format!("{dep} recovered");

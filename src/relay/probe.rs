@@ -69,7 +69,14 @@ pub async fn probe(
                 }
             }
             if let Some(c) = con.as_mut() {
-                match tokio::time::timeout(PROBE_INTERVAL, writable(c)).await {
+                let ping = async {
+                    match writable(c).await {
+                        // A stale connection is not an outage: ask once more on a new one.
+                        Err(e) if crate::redis_conn::is_broken_connection(&e) => writable(c).await,
+                        other => other,
+                    }
+                };
+                match tokio::time::timeout(PROBE_INTERVAL, ping).await {
                     Ok(Ok(())) => health.ok_at(Dependency::Redis, sent),
                     Ok(Err(e)) => health.failed_at(Dependency::Redis, sent, &e),
                     Err(_) => health.failed_at(Dependency::Redis, sent, &"ping timed out"),

@@ -1,12 +1,13 @@
 //! The seam between the claim loop and Redis.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
 
 use crate::enqueue::{is_transient, Enqueuer, JobResult};
 use crate::error::{Error, Result};
+use crate::redis_conn::is_broken_connection;
 use crate::job::Job;
 
 /// Where claimed jobs go. The relay deletes a row only after its job's result is `Ok`.
@@ -43,10 +44,21 @@ impl RedisSink {
 impl JobSink for RedisSink {
     async fn push(&self, jobs: &[Job]) -> Result<Vec<JobResult>> {
         let mut con = self.con.clone();
-        let batch = self
+        let deadline = Instant::now() + self.push_timeout;
+        let mut batch = self
             .enqueuer
             .enqueue_batch_within(&mut con, jobs, self.push_timeout)
             .await;
+        if let Err(Error::Redis(e)) = &batch {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if is_broken_connection(e) && !left.is_zero() {
+                // Perhaps only this connection broke (see `is_broken_connection`): one more
+                // try on a new one, within the same push timeout, before the batch fails.
+                // Jobs of the first try that landed come back as duplicates.
+                tracing::debug!(error = %e, "redis connection broken; trying once more on a new one");
+                batch = self.enqueuer.enqueue_batch_within(&mut con, jobs, left).await;
+            }
+        }
         match batch {
             Err(Error::Redis(e)) if !is_transient(&e) => {
                 // Redis rejected the call itself for a reason that is not an outage: something
