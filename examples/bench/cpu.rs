@@ -1,16 +1,23 @@
-//! Where the machine's CPU time goes during a stage: this process (the relay), Redis, the
-//! Postgres server processes, and every core together. Read from `/proc` and Redis's
-//! `INFO cpu`; the Postgres figure is null when no `postgres` process is visible here (a
-//! remote server).
+//! Where the machine's CPU time goes during a stage: the relay (the threads of its runtime,
+//! named [`RELAY_THREAD`]), Redis, the Postgres server processes, and every core together.
+//! Read from `/proc` and Redis's `INFO cpu`; the Postgres figure is null when no `postgres`
+//! process is visible here (a remote server). The bench's own producers and consumer are part
+//! of "other".
 
+use std::collections::HashMap;
 use std::time::Instant;
+
+/// Thread name of the relay's runtime (at most 15 bytes: `/proc` truncates longer ones).
+pub const RELAY_THREAD: &str = "jobrelay-relay";
 
 /// CPU seconds used so far by each party, and by the whole machine.
 pub struct CpuSnapshot {
     at: Instant,
     relay: f64,
     redis: Option<f64>,
-    postgres: Option<f64>,
+    /// CPU seconds of each live `postgres` process, by pid: backends come and go during a
+    /// stage, and one that exited must not take its earlier CPU out of the sum.
+    postgres: Option<HashMap<u32, f64>>,
     machine_busy: f64,
 }
 
@@ -19,7 +26,7 @@ impl CpuSnapshot {
     pub async fn take(redis: &redis::Client) -> Self {
         CpuSnapshot {
             at: Instant::now(),
-            relay: own_cpu_seconds(),
+            relay: relay_cpu_seconds(),
             redis: redis_cpu_seconds(redis).await,
             postgres: postgres_cpu_seconds(),
             machine_busy: machine_busy_seconds(),
@@ -33,7 +40,17 @@ impl CpuSnapshot {
         let per_job = |s: f64| round(s * 1e6 / jobs.max(1) as f64, 2);
         let relay = self.relay - earlier.relay;
         let redis = self.redis.zip(earlier.redis).map(|(a, b)| a - b);
-        let postgres = self.postgres.zip(earlier.postgres).map(|(a, b)| a - b);
+        // Backends that exited meanwhile are left out (their last seconds are unknown);
+        // backends that started count whole.
+        let postgres = self
+            .postgres
+            .as_ref()
+            .zip(earlier.postgres.as_ref())
+            .map(|(a, b)| {
+                a.iter()
+                    .map(|(pid, cpu)| cpu - b.get(pid).copied().unwrap_or(0.0))
+                    .sum::<f64>()
+            });
         let busy = self.machine_busy - earlier.machine_busy;
         let other = busy - relay - redis.unwrap_or(0.0) - postgres.unwrap_or(0.0);
         let wall = self.at.duration_since(earlier.at).as_secs_f64();
@@ -70,26 +87,36 @@ fn proc_stat_cpu(stat: &str) -> Option<(&str, f64)> {
     Some((name, (utime + stime) / TICKS))
 }
 
-/// User + system CPU seconds of this process.
-pub fn own_cpu_seconds() -> f64 {
-    std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|s| proc_stat_cpu(&s).map(|(_, c)| c))
-        .unwrap_or(0.0)
+/// User + system CPU seconds of this process's threads named [`RELAY_THREAD`].
+pub fn relay_cpu_seconds() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
+        .filter_map(|stat| match proc_stat_cpu(&stat) {
+            Some((RELAY_THREAD, cpu)) => Some(cpu),
+            _ => None,
+        })
+        .sum()
 }
 
-/// CPU seconds of every live process named `postgres` (the server and its backends).
-fn postgres_cpu_seconds() -> Option<f64> {
-    let mut total = None;
+/// CPU seconds of every live process named `postgres` (the server and its backends), by pid.
+fn postgres_cpu_seconds() -> Option<HashMap<u32, f64>> {
+    let mut found = None;
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             continue;
         };
         if let Some(("postgres", cpu)) = proc_stat_cpu(&stat) {
-            *total.get_or_insert(0.0) += cpu;
+            found.get_or_insert_with(HashMap::new).insert(pid, cpu);
         }
     }
-    total
+    found
 }
 
 /// Busy (not idle, not waiting for I/O) seconds of all cores, from `/proc/stat`.

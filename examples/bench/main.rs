@@ -13,7 +13,7 @@
 //!   for the slowest 1%, how that time splits into waiting to be claimed, the push to Redis and
 //!   the pop;
 //! - `notify_cost`: single-row insert rate of 8 producers with the notify trigger and without,
-//!   the relay running (so its wake-up lease is in play, as in production), over
+//!   the relay running (so its wake-up lock is in play, as in production), over
 //!   `BENCH_INSERT_SECONDS` (default 12) in alternating pairs; the cost is the median of the
 //!   pairs' ratios.
 //!
@@ -247,6 +247,7 @@ async fn start_relay(
 ) -> Result<RunningRelay, BoxError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_name(cpu::RELAY_THREAD)
         .enable_all()
         .build()?;
     let opts = jobrelay::config::session_settings(sb.db_url.parse()?, Duration::from_secs(20));
