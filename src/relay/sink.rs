@@ -7,8 +7,8 @@ use redis::aio::ConnectionManager;
 
 use crate::enqueue::{is_transient, Enqueuer, JobResult};
 use crate::error::{Error, Result};
-use crate::redis_conn::is_broken_connection;
 use crate::job::Job;
+use crate::redis_conn::is_broken_connection;
 
 /// Where claimed jobs go. The relay deletes a row only after its job's result is `Ok`.
 ///
@@ -56,7 +56,10 @@ impl JobSink for RedisSink {
                 // try on a new one, within the same push timeout, before the batch fails.
                 // Jobs of the first try that landed come back as duplicates.
                 tracing::debug!(error = %e, "redis connection broken; trying once more on a new one");
-                batch = self.enqueuer.enqueue_batch_within(&mut con, jobs, left).await;
+                batch = self
+                    .enqueuer
+                    .enqueue_batch_within(&mut con, jobs, left)
+                    .await;
             }
         }
         match batch {
