@@ -522,6 +522,108 @@ async fn dead_parent_flag_without_parent_skips_predecessor(pool: PgPool) {
     branch(pool, new, Lands::Queue, false).await;
 }
 
+/// One batch mixing plain and routed jobs over two queues, in one script call: each job lands
+/// where its branch says, a queue fed by both kinds gets them in id order, and a uuid repeated
+/// within the batch is a duplicate.
+#[sqlx::test]
+async fn a_mixed_batch_lands_every_job_in_id_order(pool: PgPool) {
+    let ns = Namespace::new();
+    let parent = Uuid::new_v4();
+    let pred = Uuid::new_v4();
+    let twice = Uuid::new_v4();
+    // queue, parent, predecessor, dead_parent, run_at (seconds from now), payload
+    type Spec = (
+        &'static str,
+        Option<Uuid>,
+        Option<Uuid>,
+        bool,
+        Option<i64>,
+        &'static str,
+    );
+    let rows: [Spec; 12] = [
+        ("a", None, None, false, None, "1"),
+        ("b", None, None, false, None, "2"),
+        ("a", Some(parent), None, true, None, "3"),
+        ("a", None, Some(pred), false, None, "4"),
+        ("a", None, None, false, Some(-60), "5"),
+        ("b", None, None, false, Some(3600), "6"),
+        ("a", Some(parent), None, false, None, "7"),
+        ("a", None, None, false, None, "8"),
+        ("b", None, None, true, None, "9"),
+        ("b", None, None, false, None, "10"),
+        ("a", None, None, false, Some(3600), "11"),
+        ("a", None, Some(pred), false, None, "12"),
+    ];
+    let mut uuids = Vec::new();
+    for (i, (queue, parent, pred, dead, run_at, payload)) in rows.into_iter().enumerate() {
+        // Rows 10 and 11 share a uuid: the second (with a route) is a duplicate of the first.
+        let uuid = if i == 9 || i == 10 {
+            twice
+        } else {
+            Uuid::new_v4()
+        };
+        uuids.push(uuid);
+        sqlx::query(
+            "INSERT INTO pending_jobs (uuid, queue, job_type, payload, parent_uuid,
+                                       predecessor_uuid, dead_parent, run_at)
+             VALUES ($1, $2, 'Step', $3, $4, $5, $6, now() + $7 * interval '1 second')",
+        )
+        .bind(uuid)
+        .bind(queue)
+        .bind(payload.as_bytes())
+        .bind(parent)
+        .bind(pred)
+        .bind(dead)
+        .bind(run_at.map(|s| s as f64))
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    let report = drain(&batcher(&pool, &ns, TTL, 100).await).await;
+    assert_eq!(report.claimed, 12, "{report}");
+    assert_eq!(report.outcome(Outcome::Queued), 7, "{report}");
+    assert_eq!(report.outcome(Outcome::Scheduled), 1, "{report}");
+    assert_eq!(report.outcome(Outcome::Children), 1, "{report}");
+    assert_eq!(report.outcome(Outcome::OnComplete), 2, "{report}");
+    assert_eq!(report.outcome(Outcome::Duplicate), 1, "{report}");
+    assert_eq!(pending_count(&pool).await, 0);
+
+    let payloads = |jobs: Vec<v1::Job>| -> Vec<String> {
+        jobs.into_iter()
+            .map(|j| String::from_utf8(j.payload).unwrap())
+            .collect()
+    };
+    assert_eq!(
+        payloads(ns.list_jobs("queue:a").await),
+        ["1", "3", "5", "8"]
+    );
+    assert_eq!(payloads(ns.list_jobs("queue:b").await), ["2", "9", "10"]);
+    assert_eq!(
+        payloads(ns.list_jobs(&format!("jobs:{parent}:children")).await),
+        ["7"]
+    );
+    assert_eq!(
+        payloads(ns.list_jobs(&format!("jobs:{pred}:onComplete")).await),
+        ["4", "12"]
+    );
+    let scheduled = scheduled_raw(&ns).await;
+    assert_eq!(scheduled.len(), 1);
+    assert_eq!(decode(&scheduled[0].0).payload, b"6");
+    assert_eq!(
+        smembers(&ns, &format!("jobs:{parent}:active")).await,
+        vec![uuids[2].to_string()]
+    );
+    for (i, uuid) in uuids.iter().enumerate() {
+        let marked = get_raw(&ns, &marker(*uuid)).await.expect("marker set");
+        let want = if i == 10 { "10" } else { rows[i].5 };
+        assert_eq!(
+            decode(&marked).payload,
+            want.as_bytes(),
+            "marker of row {i}"
+        );
+    }
+}
+
 #[sqlx::test]
 async fn namespace_prefixes_every_key(pool: PgPool) {
     // The branch tests see only their own prefix; check that nothing went unprefixed.
@@ -644,6 +746,41 @@ async fn marker_carries_the_configured_ttl(pool: PgPool) {
         -1,
         "dedup TTL 0: no expiry"
     );
+}
+
+/// With `--dedup-ttl 0` the script writes markers with variadic MSETs in chunks: in one call
+/// that spans several chunks every marker holds its own job and never expires. (The library
+/// call, not the relay: the relay's job-by-job fallback would hide a call that Redis refused.)
+#[tokio::test]
+async fn markers_without_ttl_hold_their_jobs_across_chunks() {
+    let ns = Namespace::new();
+    let jobs: Vec<jobrelay::Job> = (0..1_000)
+        .map(|i| {
+            jobrelay::producer::JobBuilder::new("nottl", "Bulk")
+                .payload(format!("job-{i}"))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let mut con = ns.con().await;
+    let results = jobrelay::Enqueuer::new(ns.prefix.clone(), Duration::ZERO)
+        .enqueue_batch(&mut con, &jobs)
+        .await
+        .expect("one call for the whole batch");
+    assert!(results.iter().all(|r| matches!(r, Ok(Outcome::Queued))));
+    for job in &jobs {
+        let key = ns.key(&format!("jobs:{}", job.uuid));
+        let (raw, ttl): (Vec<u8>, i64) = redis::pipe()
+            .cmd("GET")
+            .arg(&key)
+            .cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(decode(&raw).payload, job.payload, "{key} holds its own job");
+        assert_eq!(ttl, -1, "{key} never expires");
+    }
 }
 
 #[sqlx::test]
