@@ -43,6 +43,7 @@ impl Queries {
             // delete; a row that another transaction updated after this statement's snapshot
             // is locked but not deleted, hence not returned, hence not pushed: it is claimed
             // again later. Rows come back in physical order; the relay sorts them by `id`.
+            // `PendingRow` decodes the RETURNING list by position: keep the two in step.
             claim: format!(
                 "DELETE FROM {t}
                  WHERE ctid = ANY(ARRAY(
