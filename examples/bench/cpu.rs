@@ -18,6 +18,9 @@ pub struct CpuSnapshot {
     /// CPU seconds of each live `postgres` process, by pid: backends come and go during a
     /// stage, and one that exited must not take its earlier CPU out of the sum.
     postgres: Option<HashMap<u32, f64>>,
+    /// Redis's `INFO commandstats`: microseconds spent so far in each command. Commands run by
+    /// the enqueue script count twice: on their own line and inside `evalsha`.
+    redis_commands: Option<HashMap<String, f64>>,
     machine_busy: f64,
 }
 
@@ -29,6 +32,7 @@ impl CpuSnapshot {
             relay: relay_cpu_seconds(),
             redis: redis_cpu_seconds(redis).await,
             postgres: postgres_cpu_seconds(),
+            redis_commands: redis_command_usec(redis).await,
             machine_busy: machine_busy_seconds(),
         }
     }
@@ -54,7 +58,27 @@ impl CpuSnapshot {
         let busy = self.machine_busy - earlier.machine_busy;
         let other = busy - relay - redis.unwrap_or(0.0) - postgres.unwrap_or(0.0);
         let wall = self.at.duration_since(earlier.at).as_secs_f64();
+        // Microseconds per job in each Redis command that ran at least once a batch.
+        let by_command: Option<serde_json::Map<String, serde_json::Value>> = self
+            .redis_commands
+            .as_ref()
+            .zip(earlier.redis_commands.as_ref())
+            .map(|(now, then)| {
+                let mut rows: Vec<(&String, f64)> = now
+                    .iter()
+                    .map(|(cmd, usec)| (cmd, usec - then.get(cmd).copied().unwrap_or(0.0)))
+                    .filter(|(_, usec)| *usec * 1000.0 >= jobs as f64)
+                    .collect();
+                rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+                rows.into_iter()
+                    .map(|(cmd, usec)| (cmd.clone(), per_job(usec / 1e6).into()))
+                    .collect()
+            });
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
         serde_json::json!({
+            // What this CPU cost per job allows with every core busy.
+            "ceiling_rows_per_second": round(cores * jobs as f64 / busy.max(1e-9), 0),
+            "redis_command_us_per_job": by_command,
             "cpu_us_per_job": {
                 "relay": per_job(relay),
                 "redis": redis.map(per_job),
@@ -148,4 +172,28 @@ async fn redis_cpu_seconds(client: &redis::Client) -> Option<f64> {
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
     };
     Some(field("used_cpu_user")? + field("used_cpu_sys")?)
+}
+
+/// Microseconds spent in each command so far, from Redis's `INFO commandstats`.
+async fn redis_command_usec(client: &redis::Client) -> Option<HashMap<String, f64>> {
+    let mut con = client.get_multiplexed_async_connection().await.ok()?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut con)
+        .await
+        .ok()?;
+    // cmdstat_set:calls=3,usec=12,usec_per_call=4.00,...
+    Some(
+        info.lines()
+            .filter_map(|l| {
+                let (name, fields) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+                let usec = fields
+                    .split(',')
+                    .find_map(|f| f.strip_prefix("usec="))?
+                    .parse()
+                    .ok()?;
+                Some((name.to_owned(), usec))
+            })
+            .collect(),
+    )
 }
