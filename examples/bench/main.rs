@@ -24,7 +24,7 @@
 //!
 //! It works in a database of its own (`jobrelay_bench_<random>`, created next to `DATABASE_URL`,
 //! default `postgres://postgres@127.0.0.1:5432/postgres`, dropped at the end) and a Redis
-//! namespace of its own (`bench<random>:` on `REDIS_URL`, deleted at the end). `BENCH_WORKERS`
+//! namespace of its own (`bench<random>:` on `REDIS_URL`, deleted at the end, and on SIGINT or SIGTERM). `BENCH_WORKERS`
 //! and `BENCH_BATCH_SIZE` override the relay defaults.
 
 #[path = "cpu.rs"]
@@ -138,38 +138,19 @@ impl Sandbox {
         })
     }
 
+    /// What `cleanup` removes, detached from the sandbox (for the Ctrl-C handler).
+    fn leftovers(&self) -> Leftovers {
+        Leftovers {
+            admin_url: self.admin_url.clone(),
+            db_name: self.db_name.clone(),
+            redis: self.redis.clone(),
+            namespace: self.namespace.clone(),
+        }
+    }
+
     async fn cleanup(self) {
         self.pool.close().await;
-        if let Ok(mut con) = self.redis.get_multiplexed_async_connection().await {
-            let mut cursor = 0u64;
-            loop {
-                let r: Result<(u64, Vec<String>), _> = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(format!("{}*", self.namespace))
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query_async(&mut con)
-                    .await;
-                let Ok((next, keys)) = r else { break };
-                if !keys.is_empty() {
-                    let _: Result<(), _> =
-                        redis::cmd("UNLINK").arg(&keys).query_async(&mut con).await;
-                }
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
-            }
-        }
-        if let Ok(mut admin) = PgConnection::connect(&self.admin_url).await {
-            let _ = sqlx::query(&format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.db_name
-            ))
-            .execute(&mut admin)
-            .await;
-        }
+        self.leftovers().remove().await;
     }
 
     async fn redis_con(&self) -> Result<redis::aio::MultiplexedConnection, BoxError> {
@@ -228,6 +209,65 @@ impl Sandbox {
             .fetch_optional(&self.pool)
             .await?;
         Ok(any.is_none())
+    }
+}
+
+/// The bench's database and Redis keys, removed at the end of a run or on Ctrl-C.
+#[derive(Clone)]
+struct Leftovers {
+    admin_url: String,
+    db_name: String,
+    redis: redis::Client,
+    namespace: String,
+}
+
+impl Leftovers {
+    /// Drops the database first (its relay then claims nothing more), then unlinks the keys
+    /// until a pass finds none: a push in flight when the database went away lands late.
+    async fn remove(&self) {
+        if let Ok(mut admin) = PgConnection::connect(&self.admin_url).await {
+            let _ = sqlx::query(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.db_name
+            ))
+            .execute(&mut admin)
+            .await;
+        }
+        let Ok(mut con) = self.redis.get_multiplexed_async_connection().await else {
+            return;
+        };
+        for _ in 0..50 {
+            if self.unlink_keys(&mut con).await == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Unlinks every key of the namespace; how many there were.
+    async fn unlink_keys(&self, con: &mut redis::aio::MultiplexedConnection) -> usize {
+        let mut removed = 0;
+        let mut cursor = 0u64;
+        loop {
+            let r: Result<(u64, Vec<String>), _> = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{}*", self.namespace))
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(con)
+                .await;
+            let Ok((next, keys)) = r else { break };
+            if !keys.is_empty() {
+                removed += keys.len();
+                let _: Result<(), _> = redis::cmd("UNLINK").arg(&keys).query_async(con).await;
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        removed
     }
 }
 
@@ -739,12 +779,39 @@ async fn run(args: &Args, sb: &Sandbox) -> Result<serde_json::Value, BoxError> {
     }))
 }
 
+/// Set by the Ctrl-C handler before it removes the sandbox.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Runs the whole benchmark in a database and namespace of its own, removed afterwards even
 /// when a stage fails; returns the JSON report.
 pub async fn bench(args: &Args) -> Result<serde_json::Value, BoxError> {
     let sb = Sandbox::create(args).await?;
     let sandbox = json!({ "database": sb.db_name.clone(), "namespace": sb.namespace.clone() });
+    // Interrupted (SIGINT or SIGTERM): remove the database and keys, then exit 130.
+    let leftovers = sb.leftovers();
+    let on_ctrl_c = tokio::spawn(async move {
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            return;
+        };
+        let signalled = tokio::select! {
+            r = tokio::signal::ctrl_c() => r.is_ok(),
+            r = term.recv() => r.is_some(),
+        };
+        if signalled {
+            INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+            eprintln!("bench: interrupted; removing {}", leftovers.db_name);
+            leftovers.remove().await;
+            std::process::exit(130);
+        }
+    });
     let result = run(args, &sb).await;
+    if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        // The stage failed because its database is being dropped: let the handler finish.
+        std::future::pending::<()>().await;
+    }
+    on_ctrl_c.abort();
     sb.cleanup().await;
     let mut report = result?;
     report["sandbox"] = sandbox;
