@@ -159,14 +159,19 @@ fn machine_busy_seconds() -> f64 {
     busy / TICKS
 }
 
-/// `used_cpu_user + used_cpu_sys` from Redis's `INFO cpu`.
-async fn redis_cpu_seconds(client: &redis::Client) -> Option<f64> {
+/// One section of Redis's `INFO`.
+async fn redis_info(client: &redis::Client, section: &str) -> Option<String> {
     let mut con = client.get_multiplexed_async_connection().await.ok()?;
-    let info: String = redis::cmd("INFO")
-        .arg("cpu")
+    redis::cmd("INFO")
+        .arg(section)
         .query_async(&mut con)
         .await
-        .ok()?;
+        .ok()
+}
+
+/// `used_cpu_user + used_cpu_sys` from Redis's `INFO cpu`.
+async fn redis_cpu_seconds(client: &redis::Client) -> Option<f64> {
+    let info = redis_info(client, "cpu").await?;
     let field = |name: &str| -> Option<f64> {
         info.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
@@ -176,12 +181,7 @@ async fn redis_cpu_seconds(client: &redis::Client) -> Option<f64> {
 
 /// Microseconds spent in each command so far, from Redis's `INFO commandstats`.
 async fn redis_command_usec(client: &redis::Client) -> Option<HashMap<String, f64>> {
-    let mut con = client.get_multiplexed_async_connection().await.ok()?;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut con)
-        .await
-        .ok()?;
+    let info = redis_info(client, "commandstats").await?;
     // cmdstat_set:calls=3,usec=12,usec_per_call=4.00,...
     Some(
         info.lines()
