@@ -33,3 +33,31 @@ pub async fn connect(
 pub fn is_broken_connection(e: &redis::RedisError) -> bool {
     e.is_connection_dropped() || e.is_connection_refusal() || (e.is_io_error() && !e.is_timeout())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::is_broken_connection;
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn broken_connections_are_told_from_timeouts_and_answers() {
+        for kind in [
+            ErrorKind::BrokenPipe,
+            ErrorKind::ConnectionReset,
+            ErrorKind::ConnectionRefused,
+            ErrorKind::UnexpectedEof,
+            ErrorKind::NotConnected,
+        ] {
+            let e = redis::RedisError::from(Error::from(kind));
+            assert!(is_broken_connection(&e), "{kind:?}");
+        }
+        let timeout = redis::RedisError::from(Error::from(ErrorKind::TimedOut));
+        assert!(!is_broken_connection(&timeout));
+        let answer = redis::RedisError::from((
+            redis::ErrorKind::TypeError,
+            "WRONGTYPE",
+            "Operation against a key holding the wrong kind of value".to_owned(),
+        ));
+        assert!(!is_broken_connection(&answer));
+    }
+}
