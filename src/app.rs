@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use redis::aio::ConnectionManager;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -17,6 +16,7 @@ use crate::admin::{dead_letter, status};
 use crate::backoff::Backoff;
 use crate::config::cli::{Cli, Command, DeadLetterCommand, Selection};
 use crate::config::{Config, STATEMENT_TIMEOUT};
+use crate::redis_conn::RedisConnection;
 use crate::relay::{self, BatchSettings, Batcher, Dependency, Health, RedisSink, RelaySettings};
 use crate::telemetry::{logging, redact};
 use crate::{db, http};
@@ -305,7 +305,7 @@ async fn connect_redis(
     timeout: std::time::Duration,
     health: &Health,
     shutdown: &CancellationToken,
-) -> Option<ConnectionManager> {
+) -> Option<RedisConnection> {
     let mut backoff = Backoff::transient();
     loop {
         match crate::redis_conn::connect(client, timeout).await {

@@ -51,7 +51,7 @@ fn queries() -> Arc<Queries> {
 async fn redis_sink(ns: &Namespace, ttl: Duration) -> RedisSink {
     RedisSink::new(
         Enqueuer::new(ns.prefix.clone(), ttl),
-        ns.manager().await,
+        ns.manager().await.into(),
         Duration::from_secs(5),
     )
 }
@@ -563,21 +563,19 @@ async fn a_mixed_batch_lands_every_job_in_id_order(pool: PgPool) {
             Uuid::new_v4()
         };
         uuids.push(uuid);
-        sqlx::query(
-            "INSERT INTO pending_jobs (uuid, queue, job_type, payload, parent_uuid,
-                                       predecessor_uuid, dead_parent, run_at)
-             VALUES ($1, $2, 'Step', $3, $4, $5, $6, now() + $7 * interval '1 second')",
+        insert_job(
+            &pool,
+            &NewRow {
+                uuid: Some(uuid),
+                queue: Some(queue),
+                payload: Some(payload.as_bytes().to_vec()),
+                parent,
+                pred,
+                dead_parent: dead,
+                run_at: run_at.map(at),
+            },
         )
-        .bind(uuid)
-        .bind(queue)
-        .bind(payload.as_bytes())
-        .bind(parent)
-        .bind(pred)
-        .bind(dead)
-        .bind(run_at.map(|s| s as f64))
-        .execute(&pool)
-        .await
-        .unwrap();
+        .await;
     }
     let report = drain(&batcher(&pool, &ns, TTL, 100).await).await;
     assert_eq!(report.claimed, 12, "{report}");

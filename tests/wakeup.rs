@@ -49,7 +49,8 @@ async fn insert_notified_and_relayed(
     .await;
 }
 
-/// Starts a daemon that would only poll every 30 s, and makes it busy (one row relayed).
+/// Starts a daemon that would only poll every 30 s, makes it busy (one row relayed), and waits
+/// until it holds the wake-up lock.
 async fn busy_relay(pool: &PgPool, ns: &Namespace) -> RelayChild {
     let db = database_url_of(pool).await;
     let relay = RelayChild::start(&db, &ns.url, &ns.prefix, &["--poll-interval", "30s"]);
@@ -60,6 +61,10 @@ async fn busy_relay(pool: &PgPool, ns: &Namespace) -> RelayChild {
         || async { ns.llen("queue:warmup").await == 1 },
     )
     .await;
+    wait_until("the lock is held", Duration::from_secs(5), || {
+        lock_held(pool)
+    })
+    .await;
     relay
 }
 
@@ -67,10 +72,6 @@ async fn busy_relay(pool: &PgPool, ns: &Namespace) -> RelayChild {
 async fn a_busy_relay_holds_the_lock_and_inserts_skip_notify(pool: PgPool) {
     let ns = Namespace::new();
     let mut relay = busy_relay(&pool, &ns).await;
-    wait_until("the lock is held", Duration::from_secs(5), || {
-        lock_held(&pool)
-    })
-    .await;
 
     let mut listener = PgListener::connect_with(&pool).await.unwrap();
     listener.listen("pending_jobs").await.unwrap();
@@ -105,16 +106,12 @@ async fn a_busy_relay_holds_the_lock_and_inserts_skip_notify(pool: PgPool) {
 }
 
 /// A producer whose insert ran while the lock was held (so it did not notify) but that commits
-/// only after the relay unlocked: the relay waits for it before going to sleep, so its row does not wait
-/// for the 30 s poll.
+/// only after the relay unlocked: the relay waits for it before going to sleep, so its row does
+/// not wait for the 30 s poll.
 #[sqlx::test]
 async fn a_producer_that_skipped_notify_is_not_stranded(pool: PgPool) {
     let ns = Namespace::new();
     let mut relay = busy_relay(&pool, &ns).await;
-    wait_until("the lock is held", Duration::from_secs(5), || {
-        lock_held(&pool)
-    })
-    .await;
 
     let mut tx = pool.begin().await.unwrap();
     sqlx::query("INSERT INTO pending_jobs (queue, job_type) VALUES ('late', 'Late')")
@@ -156,10 +153,6 @@ async fn a_producer_that_skipped_notify_is_not_stranded(pool: PgPool) {
 async fn a_relay_killed_holding_the_lock_releases_it(pool: PgPool) {
     let ns = Namespace::new();
     let mut relay = busy_relay(&pool, &ns).await;
-    wait_until("the lock is held", Duration::from_secs(5), || {
-        lock_held(&pool)
-    })
-    .await;
     relay.signal("KILL");
     relay.wait(Duration::from_secs(10)).await;
     wait_until(

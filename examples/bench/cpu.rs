@@ -58,7 +58,7 @@ impl CpuSnapshot {
         let busy = self.machine_busy - earlier.machine_busy;
         let other = busy - relay - redis.unwrap_or(0.0) - postgres.unwrap_or(0.0);
         let wall = self.at.duration_since(earlier.at).as_secs_f64();
-        // Microseconds per job in each Redis command that ran at least once a batch.
+        // Microseconds per job in each Redis command that took at least 0.001 µs a job.
         let by_command: Option<serde_json::Map<String, serde_json::Value>> = self
             .redis_commands
             .as_ref()

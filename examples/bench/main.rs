@@ -24,8 +24,8 @@
 //!
 //! It works in a database of its own (`jobrelay_bench_<random>`, created next to `DATABASE_URL`,
 //! default `postgres://postgres@127.0.0.1:5432/postgres`, dropped at the end) and a Redis
-//! namespace of its own (`bench<random>:` on `REDIS_URL`, deleted at the end, and on SIGINT or SIGTERM). `BENCH_WORKERS`
-//! and `BENCH_BATCH_SIZE` override the relay defaults.
+//! namespace of its own (`bench<random>:` on `REDIS_URL`, deleted at the end, and on SIGINT or
+//! SIGTERM). `BENCH_WORKERS` and `BENCH_BATCH_SIZE` override the relay defaults.
 
 #[path = "cpu.rs"]
 mod cpu;
@@ -138,7 +138,7 @@ impl Sandbox {
         })
     }
 
-    /// What `cleanup` removes, detached from the sandbox (for the Ctrl-C handler).
+    /// What `cleanup` removes, detached from the sandbox (for the signal handler).
     fn leftovers(&self) -> Leftovers {
         Leftovers {
             admin_url: self.admin_url.clone(),
@@ -212,7 +212,7 @@ impl Sandbox {
     }
 }
 
-/// The bench's database and Redis keys, removed at the end of a run or on Ctrl-C.
+/// The bench's database and Redis keys, removed at the end of a run or on SIGINT or SIGTERM.
 #[derive(Clone)]
 struct Leftovers {
     admin_url: String,
@@ -779,7 +779,7 @@ async fn run(args: &Args, sb: &Sandbox) -> Result<serde_json::Value, BoxError> {
     }))
 }
 
-/// Set by the Ctrl-C handler before it removes the sandbox.
+/// Set by the signal handler before it removes the sandbox.
 static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Runs the whole benchmark in a database and namespace of its own, removed afterwards even
@@ -793,37 +793,37 @@ pub async fn bench(args: &Args) -> Result<serde_json::Value, BoxError> {
 async fn bench_in_sandbox(args: &Args, on_signal: bool) -> Result<serde_json::Value, BoxError> {
     let sb = Sandbox::create(args).await?;
     let sandbox = json!({ "database": sb.db_name.clone(), "namespace": sb.namespace.clone() });
-    let leftovers = sb.leftovers();
-    let on_ctrl_c = tokio::spawn(async move {
-        if !on_signal {
-            return;
-        }
-        let Ok(mut term) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        else {
-            return;
-        };
-        let signalled = tokio::select! {
-            r = tokio::signal::ctrl_c() => r.is_ok(),
-            r = term.recv() => r.is_some(),
-        };
-        if signalled {
-            INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
-            eprintln!("bench: interrupted; removing {}", leftovers.db_name);
-            leftovers.remove().await;
-            std::process::exit(130);
-        }
-    });
+    let on_signal = on_signal.then(|| tokio::spawn(remove_on_signal(sb.leftovers())));
     let result = run(args, &sb).await;
     if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
         // The stage failed because its database is being dropped: let the handler finish.
         std::future::pending::<()>().await;
     }
-    on_ctrl_c.abort();
+    if let Some(task) = on_signal {
+        task.abort();
+    }
     sb.cleanup().await;
     let mut report = result?;
     report["sandbox"] = sandbox;
     Ok(report)
+}
+
+/// Waits for SIGINT or SIGTERM, then removes `leftovers` and exits 130.
+async fn remove_on_signal(leftovers: Leftovers) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        return;
+    };
+    let signalled = tokio::select! {
+        r = tokio::signal::ctrl_c() => r.is_ok(),
+        r = term.recv() => r.is_some(),
+    };
+    if signalled {
+        INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+        eprintln!("bench: interrupted; removing {}", leftovers.db_name);
+        leftovers.remove().await;
+        std::process::exit(130);
+    }
 }
 
 #[tokio::main]

@@ -79,8 +79,8 @@ impl Enqueuer {
         let mut sent: Vec<usize> = Vec::with_capacity(jobs.len().min(MAX_JOBS_PER_CALL));
         let mut invocation = self.new_invocation();
         let mut buf = Vec::new();
-        // Key and route arguments, built here and copied into the invocation: one buffer for
-        // the whole batch, not one allocation per job.
+        // The key and route arguments are built in this one buffer, which the invocation
+        // copies from: no `String` of its own for each key or route.
         let mut scratch = String::new();
         for (i, job) in jobs.iter().enumerate() {
             match job.validate().and_then(|()| {

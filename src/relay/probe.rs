@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::health::{Dependency, Health};
+use crate::redis_conn::RedisConnection;
 use crate::table::TableName;
 use crate::telemetry::metrics;
 
@@ -34,7 +34,7 @@ pub async fn probe(
         d = table.dead()
     );
     let mut last_backlog: Option<Instant> = None;
-    let mut con: Option<ConnectionManager> = None;
+    let mut con: Option<RedisConnection> = None;
     let mut ticker = tokio::time::interval(PROBE_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -69,14 +69,7 @@ pub async fn probe(
                 }
             }
             if let Some(c) = con.as_mut() {
-                let ping = async {
-                    match writable(c).await {
-                        // A stale connection is not an outage: ask once more on a new one.
-                        Err(e) if crate::redis_conn::is_broken_connection(&e) => writable(c).await,
-                        other => other,
-                    }
-                };
-                match tokio::time::timeout(PROBE_INTERVAL, ping).await {
+                match tokio::time::timeout(PROBE_INTERVAL, writable(c)).await {
                     Ok(Ok(())) => health.ok_at(Dependency::Redis, sent),
                     Ok(Err(e)) => health.failed_at(Dependency::Redis, sent, &e),
                     Err(_) => health.failed_at(Dependency::Redis, sent, &"ping timed out"),
@@ -107,7 +100,7 @@ pub async fn probe(
 /// `LOADING`, or `MASTERDOWN` on a stale replica) and `ROLE` says master. A read-only replica
 /// answers `PING` but refuses every push with `READONLY`; reporting it as up would make the
 /// probe and the workers log an outage and a recovery every second.
-async fn writable(con: &mut ConnectionManager) -> redis::RedisResult<()> {
+async fn writable(con: &mut RedisConnection) -> redis::RedisResult<()> {
     let (_pong, role): (String, Vec<redis::Value>) = redis::pipe()
         .cmd("PING")
         .cmd("ROLE")

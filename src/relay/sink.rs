@@ -1,14 +1,12 @@
 //! The seam between the claim loop and Redis.
 
 use std::future::Future;
-use std::time::{Duration, Instant};
-
-use redis::aio::ConnectionManager;
+use std::time::Duration;
 
 use crate::enqueue::{is_transient, Enqueuer, JobResult};
 use crate::error::{Error, Result};
 use crate::job::Job;
-use crate::redis_conn::is_broken_connection;
+use crate::redis_conn::RedisConnection;
 
 /// Where claimed jobs go. The relay deletes a row only after its job's result is `Ok`.
 ///
@@ -25,14 +23,14 @@ pub trait JobSink: Send + Sync {
 #[derive(Clone)]
 pub struct RedisSink {
     enqueuer: Enqueuer,
-    con: ConnectionManager,
+    con: RedisConnection,
     push_timeout: Duration,
 }
 
 impl RedisSink {
     /// A sink pushing through `con`; a push that takes longer than `push_timeout` fails as
     /// transient (the relay then rolls back and no row lock is held longer than that).
-    pub fn new(enqueuer: Enqueuer, con: ConnectionManager, push_timeout: Duration) -> Self {
+    pub fn new(enqueuer: Enqueuer, con: RedisConnection, push_timeout: Duration) -> Self {
         RedisSink {
             enqueuer,
             con,
@@ -44,24 +42,10 @@ impl RedisSink {
 impl JobSink for RedisSink {
     async fn push(&self, jobs: &[Job]) -> Result<Vec<JobResult>> {
         let mut con = self.con.clone();
-        let deadline = Instant::now() + self.push_timeout;
-        let mut batch = self
+        let batch = self
             .enqueuer
             .enqueue_batch_within(&mut con, jobs, self.push_timeout)
             .await;
-        if let Err(Error::Redis(e)) = &batch {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if is_broken_connection(e) && !left.is_zero() {
-                // Perhaps only this connection broke (see `is_broken_connection`): one more
-                // try on a new one, within the same push timeout, before the batch fails.
-                // Jobs of the first try that landed come back as duplicates.
-                tracing::debug!(error = %e, "redis connection broken; trying once more on a new one");
-                batch = self
-                    .enqueuer
-                    .enqueue_batch_within(&mut con, jobs, left)
-                    .await;
-            }
-        }
         match batch {
             Err(Error::Redis(e)) if !is_transient(&e) => {
                 // Redis rejected the call itself for a reason that is not an outage: something
