@@ -1071,6 +1071,43 @@ async fn readonly_and_masterdown_are_transient(pool: PgPool) {
     assert_eq!(count_message(&lines, "redis recovered"), 1);
 }
 
+async fn ping(con: &mut jobrelay::redis_conn::RedisConnection) -> redis::RedisResult<String> {
+    redis::cmd("PING").query_async(con).await
+}
+
+/// A connection whose reconnects all failed during an outage: the first request after Redis is
+/// back gets an answer (one more try on a new connection), not the stale failure of a reconnect
+/// begun during the outage, which the relay would report as a second outage.
+#[tokio::test]
+async fn the_first_request_after_an_outage_is_not_handed_a_stale_reconnect_failure() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(upstream(redis.port));
+    let client = redis::Client::open(proxy.redis_url()).unwrap();
+    let mut con = jobrelay::redis_conn::connect(&client, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(ping(&mut con).await.unwrap(), "PONG");
+
+    let before = proxy.accepted();
+    proxy.set_mode(Mode::Reject);
+    assert!(ping(&mut con).await.is_err(), "Redis is unreachable");
+    // The request found its connection cut and started a reconnect of two attempts. Once both
+    // were refused, the connection holds a failed reconnect.
+    wait_until(
+        "two reconnect attempts refused",
+        Duration::from_secs(10),
+        || async { proxy.accepted() >= before + 2 },
+    )
+    .await;
+    proxy.set_mode(Mode::Forward);
+    assert_eq!(
+        ping(&mut con)
+            .await
+            .expect("first request after the outage"),
+        "PONG"
+    );
+}
+
 /// Postgres, then Redis, unreachable for 4 s each (a proxy that closes every connection):
 /// each outage is logged once and its end once, the relay retries at a bounded rate, and
 /// every row arrives once.
