@@ -25,10 +25,7 @@ use crate::{db, http};
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(e.exit_code().clamp(0, 255) as u8);
-        }
+        Err(e) => return usage_error(&e),
     };
     let config = match Config::resolve(&cli.flags, &|k| std::env::var(k).ok()) {
         Ok(c) => c,
@@ -59,6 +56,31 @@ pub fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Reports an error of the argument parser: `--help` and `--version` print as they are and
+/// exit 0; every usage error is one line naming the flag (SPEC 6), exit 2.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    eprintln!("jobrelay: {}", usage_line(&e.to_string()));
+    ExitCode::from(2)
+}
+
+/// The first paragraph of clap's rendered error, on one line, without its `error: ` prefix
+/// (clap follows it with a usage block and a tip, each a paragraph of its own).
+pub fn usage_line(rendered: &str) -> String {
+    let first = rendered.split("\n\n").next().unwrap_or(rendered);
+    let line = first
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    line.strip_prefix("error: ").unwrap_or(&line).to_owned()
 }
 
 /// The error and its causes, each cause shown only if the text so far does not already say it
@@ -161,65 +183,65 @@ async fn run_dead_letter(config: &Config, cmd: DeadLetterCommand) -> Result<Exit
 async fn run_check(config: &Config) -> Result<ExitCode> {
     println!("config: ok ({})", describe(config));
     let mut ok = true;
-    let version = async {
-        let pool = command_pool(config).await?;
-        let version = db::schema_version(&pool).await?;
-        Ok::<_, anyhow::Error>((pool, version))
-    };
-    match tokio::time::timeout(STATEMENT_TIMEOUT, version).await {
-        Ok(Ok((pool, Some(v)))) => {
+    let pool = db::lazy_pool(config.pg_options()?, 1);
+    let version = tokio::time::timeout(STATEMENT_TIMEOUT, db::schema_version(&pool)).await;
+    // The same checks as the daemon's /readyz.
+    let mut probe = relay::probe::Probe::new(
+        pool,
+        config.redis_client()?,
+        &config.table,
+        &config.namespace,
+        config.push_timeout,
+    );
+    let found = probe.run_once().await;
+    let version = version.map(|v| v.map_err(|e| e.to_string()));
+    match (&found.postgres, version) {
+        (Ok(present), Ok(Ok(version))) => {
             let latest = db::latest_known_version();
-            let note = if v < latest {
-                " (behind this binary: run `jobrelay migrate`)"
-            } else {
-                ""
+            let schema = match version {
+                Some(v) if v < latest => {
+                    format!("schema version {v} (behind this binary: run `jobrelay migrate`)")
+                }
+                Some(v) => format!("schema version {v}"),
+                None => "no schema: run `jobrelay migrate`".to_owned(),
             };
-            println!("postgres: ok, schema version {v}{note}");
-            let probe = format!("SELECT 1 FROM {} LIMIT 0", config.table.pending());
-            if let Err(e) = sqlx::query(&probe).execute(&pool).await {
+            if version.is_none() || !present {
                 ok = false;
+            }
+            if *present {
+                println!("postgres: ok, {schema}");
+            } else {
                 println!(
-                    "postgres: table {} unusable: {}",
-                    config.table,
-                    redact::scrub(&e.to_string())
+                    "postgres: reachable, {schema}; table missing: {} does not exist (run `jobrelay migrate`)",
+                    config.table
                 );
             }
         }
-        Ok(Ok((_, None))) => {
-            ok = false;
-            println!("postgres: reachable, but no schema: run `jobrelay migrate`");
-        }
-        Ok(Err(e)) => {
-            ok = false;
-            let msg = error_chain(&e);
-            let msg = msg.strip_prefix("postgres: ").unwrap_or(&msg);
-            println!("postgres: {}", redact::scrub(msg));
-        }
-        Err(_) => {
+        (Err(e), _) => {
             ok = false;
             println!(
-                "postgres: no answer within {}",
+                "postgres: {}: {}",
+                e.reason(),
+                redact::scrub(&e.to_string())
+            );
+        }
+        (Ok(_), Ok(Err(e))) => {
+            ok = false;
+            println!("postgres: {}", redact::scrub(&e));
+        }
+        (Ok(_), Err(_)) => {
+            ok = false;
+            println!(
+                "postgres: timeout: no answer within {}",
                 humantime::format_duration(STATEMENT_TIMEOUT)
             );
         }
     }
-    let client = config.redis_client()?;
-    let ping = async {
-        let mut con = client.get_multiplexed_async_connection().await?;
-        redis::cmd("PING").query_async::<String>(&mut con).await
-    };
-    match tokio::time::timeout(config.push_timeout, ping).await {
-        Ok(Ok(_)) => println!("redis: ok"),
-        Ok(Err(e)) => {
+    match &found.redis {
+        Ok(()) => println!("redis: ok"),
+        Err(e) => {
             ok = false;
-            println!("redis: {}", redact::scrub(&e.to_string()));
-        }
-        Err(_) => {
-            ok = false;
-            println!(
-                "redis: no answer within {}",
-                humantime::format_duration(config.push_timeout)
-            );
+            println!("redis: {}: {}", e.reason(), redact::scrub(&e.to_string()));
         }
     }
     Ok(if ok {
@@ -245,6 +267,8 @@ async fn command_pool(config: &Config) -> Result<sqlx::PgPool> {
 fn batch_settings(config: &Config) -> BatchSettings {
     BatchSettings {
         batch_size: config.batch_size,
+        max_batch_bytes: config.batch_max_bytes,
+        max_job_bytes: config.max_job_size,
         max_attempts: config.max_attempts,
         statement_timeout: STATEMENT_TIMEOUT,
     }
@@ -310,7 +334,7 @@ async fn connect_redis(
     loop {
         match crate::redis_conn::connect(client, timeout).await {
             Ok(con) => return Some(con),
-            Err(e) => health.failed(Dependency::Redis, &e),
+            Err(e) => health.failed(Dependency::Redis, crate::error::redis_reason(&e), &e),
         }
         tokio::select! {
             _ = shutdown.cancelled() => return None,
@@ -324,7 +348,7 @@ pub async fn run_daemon(
     config: &Config,
     signal: impl std::future::Future<Output = ()>,
 ) -> Result<ExitCode> {
-    let health = Arc::new(Health::default());
+    let health = Arc::new(Health::for_table(config.table.clone()));
     let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();
 
@@ -365,13 +389,28 @@ pub async fn run_daemon(
         let workers = config.workers;
         let pool = pool.clone();
         let table = config.table.clone();
+        let namespace = config.namespace.clone();
         async move {
-            tracker.spawn(relay::probe::probe(
+            let (p, c, h, stop) = (
                 pool.clone(),
                 client.clone(),
-                table,
                 health.clone(),
                 shutdown.clone(),
+            );
+            tracker.spawn(relay::supervise::supervised(
+                "probe",
+                health.clone(),
+                shutdown.clone(),
+                move || {
+                    let probe = relay::probe::Probe::new(
+                        p.clone(),
+                        c.clone(),
+                        &table,
+                        &namespace,
+                        relay::probe::PROBE_INTERVAL,
+                    );
+                    relay::probe::probe(probe, table.clone(), h.clone(), stop.clone())
+                },
             ));
             let mut sinks = Vec::with_capacity(workers);
             for _ in 0..workers {

@@ -1,4 +1,9 @@
-//! The library's error type.
+//! The library's error type, and the one place where failures are classified.
+//!
+//! Every failure has a [`Reason`] (unreachable, timeout, out of memory, read-only replica,
+//! authentication, table missing, ...) and an [`ErrorClass`] (what to do with the rows it
+//! concerns). Logs, `/readyz`, `jobrelay check` and the relay's retry decisions all read them
+//! from here, so they cannot disagree.
 
 use std::time::Duration;
 
@@ -6,14 +11,15 @@ use std::time::Duration;
 ///
 /// [`Error::class`] tells what a caller should do about it: retry the whole batch later
 /// (transient), count an attempt against the one job (per-job), or give the job up (permanent).
+/// [`Error::reason`] names the failure for operators.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The job cannot become a valid job: a field is empty, too long or malformed.
-    /// Permanent: retrying the same input fails the same way.
+    /// The job cannot become a valid job: a field is empty, too long, malformed, or out of the
+    /// range the wire format carries. Permanent: retrying the same input fails the same way.
     #[error("invalid job: {field}: {reason}")]
     InvalidJob {
-        /// The offending field (`queue`, `job_type`, `headers`, ...).
+        /// The offending field (`queue`, `job_type`, `headers`, `run_at`, ...).
         field: &'static str,
         /// What is wrong with it.
         reason: String,
@@ -29,9 +35,21 @@ pub enum Error {
         source: prost::EncodeError,
     },
 
-    /// The enqueue script refused this one job (for example `WRONGTYPE`: a key it must write
-    /// holds another type). Nothing of the job was written. Per-job: retrying may succeed once
-    /// an operator fixes the key.
+    /// The marshalled job is larger than `--max-job-size`. Permanent.
+    #[error("job too large: {size} bytes marshalled, over --max-job-size ({max} bytes)")]
+    TooLarge {
+        /// The job's uuid.
+        uuid: uuid::Uuid,
+        /// Its marshalled size in bytes.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+
+    /// Redis refused this one job: the enqueue script refused it (for example `WRONGTYPE`: a
+    /// key it must write holds another type), or Redis closed the connection on the request
+    /// that carried it alone (e.g. larger than `proto-max-bulk-len`). Nothing of the job was
+    /// written. Per-job: retrying may succeed once an operator fixes the key or the limit.
     #[error("redis refused job {uuid}: {message}")]
     Refused {
         /// The job's uuid.
@@ -40,13 +58,29 @@ pub enum Error {
         message: String,
     },
 
+    /// The script call that carried this job failed, or was not made because an earlier call
+    /// of the same batch failed. Jobs of earlier calls were acknowledged. Transient: whether
+    /// this job landed is unknown (it did not if the reason is an answer such as OOM); a retry
+    /// is safe, the dedup marker absorbs what did land.
+    #[error("redis did not acknowledge job {uuid}: {reason}: {message}")]
+    Unacknowledged {
+        /// The job's uuid.
+        uuid: uuid::Uuid,
+        /// Why the call failed.
+        reason: Reason,
+        /// The call's error.
+        message: String,
+    },
+
     /// Redis could not be reached or failed the whole call (connection refused or reset,
-    /// READONLY, LOADING, MASTERDOWN, ...). Transient: nothing is known to have been written
-    /// for sure, so the batch is retried and the dedup marker absorbs what did land.
+    /// READONLY, LOADING, OOM, ...). Transient: nothing is known to have been written for sure,
+    /// so the batch is retried and the dedup marker absorbs what did land. When
+    /// [`Error::reason`] is [`Reason::Other`], Redis answered about the request itself, and
+    /// the relay pushes its jobs one by one to find the one at fault.
     #[error("redis: {0}")]
     Redis(#[source] redis::RedisError),
 
-    /// Postgres failed (connection lost, timeout, serialization failure, missing schema, ...).
+    /// Postgres failed (connection lost, timeout, serialization failure, missing table, ...).
     /// Transient for the relay: the transaction rolls back and nothing is lost.
     #[error("postgres: {0}")]
     Database(#[source] sqlx::Error),
@@ -68,7 +102,7 @@ pub enum Error {
 /// How a failure affects the rows it concerns (SPEC 5.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorClass {
-    /// A dependency is unavailable: roll back, keep `attempts`, back off, retry.
+    /// A dependency is unavailable: keep the rows and their `attempts`, back off, retry.
     Transient,
     /// This job was refused: `attempts + 1`, retry later, dead-letter at `--max-attempts`.
     PerJob,
@@ -87,15 +121,116 @@ impl ErrorClass {
     }
 }
 
+/// A dependency of the relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dependency {
+    /// The outbox database.
+    Postgres,
+    /// The job store.
+    Redis,
+}
+
+impl Dependency {
+    /// The label used in logs and `jobrelay_up{dependency}`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dependency::Postgres => "postgres",
+            Dependency::Redis => "redis",
+        }
+    }
+}
+
+/// Why a dependency failed, named for operators (logs, `/readyz`, `jobrelay check`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// The connection was refused, reset or closed; the host is down or unreachable.
+    Unreachable,
+    /// No answer within the bound (a hung or overloaded server, a network partition).
+    Timeout,
+    /// The server refuses writes for lack of memory (Redis `OOM` at `maxmemory`, Postgres
+    /// `out_of_memory` or `disk_full`).
+    OutOfMemory,
+    /// A read-only replica (Redis `READONLY`/`MASTERDOWN`, Postgres hot standby).
+    ReadOnly,
+    /// The credentials were refused.
+    Authentication,
+    /// The user lacks a permission (Redis `NOPERM`, Postgres `insufficient_privilege`).
+    PermissionDenied,
+    /// The outbox table, its schema or the database does not exist: run `jobrelay migrate`.
+    TableMissing,
+    /// The server is starting (Redis `LOADING`, Postgres `cannot_connect_now`).
+    Loading,
+    /// The server is busy or cannot take writes for another reason of its own (Redis `BUSY`,
+    /// `MISCONF`, `NOREPLICAS`, cluster `TRYAGAIN`/`CLUSTERDOWN`).
+    Unavailable,
+    /// Anything else: an answer about the request itself, not about the server's state.
+    Other,
+}
+
+impl Reason {
+    /// The name used in logs (`reason` field), `/readyz` and `jobrelay check`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Unreachable => "unreachable",
+            Reason::Timeout => "timeout",
+            Reason::OutOfMemory => "out of memory",
+            Reason::ReadOnly => "read-only replica",
+            Reason::Authentication => "authentication failed",
+            Reason::PermissionDenied => "permission denied",
+            Reason::TableMissing => "table or schema missing",
+            Reason::Loading => "loading",
+            Reason::Unavailable => "unavailable",
+            Reason::Other => "error",
+        }
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl Error {
     /// The class of this error; see [`ErrorClass`].
     pub fn class(&self) -> ErrorClass {
         match self {
-            Error::InvalidJob { .. } | Error::Marshal { .. } => ErrorClass::Permanent,
-            Error::Refused { .. } => ErrorClass::PerJob,
-            Error::Redis(_) | Error::Database(_) | Error::Migrate(_) | Error::Timeout { .. } => {
-                ErrorClass::Transient
+            Error::InvalidJob { .. } | Error::Marshal { .. } | Error::TooLarge { .. } => {
+                ErrorClass::Permanent
             }
+            Error::Refused { .. } => ErrorClass::PerJob,
+            Error::Unacknowledged { .. }
+            | Error::Redis(_)
+            | Error::Database(_)
+            | Error::Migrate(_)
+            | Error::Timeout { .. } => ErrorClass::Transient,
+        }
+    }
+
+    /// Why it failed; [`Reason::Other`] for errors about a job rather than a dependency.
+    pub fn reason(&self) -> Reason {
+        match self {
+            Error::Redis(e) => redis_reason(e),
+            Error::Database(e) => postgres_reason(e),
+            Error::Migrate(sqlx::migrate::MigrateError::Execute(e)) => postgres_reason(e),
+            Error::Timeout { .. } => Reason::Timeout,
+            Error::Unacknowledged { reason, .. } => *reason,
+            _ => Reason::Other,
+        }
+    }
+
+    /// The dependency this error came from, if any.
+    pub fn dependency(&self) -> Option<Dependency> {
+        match self {
+            Error::Database(_) | Error::Migrate(_) => Some(Dependency::Postgres),
+            Error::Redis(_) | Error::Refused { .. } | Error::Unacknowledged { .. } => {
+                Some(Dependency::Redis)
+            }
+            Error::Timeout { what, .. } if what.starts_with("postgres") => {
+                Some(Dependency::Postgres)
+            }
+            Error::Timeout { what, .. } if what.starts_with("redis") => Some(Dependency::Redis),
+            _ => None,
         }
     }
 
@@ -104,6 +239,65 @@ impl Error {
             field,
             reason: reason.into(),
         }
+    }
+}
+
+/// Why a Redis request failed. [`Reason::Other`] means Redis answered about the request
+/// itself (e.g. `WRONGTYPE`, a script error), not about its own state.
+pub fn redis_reason(e: &redis::RedisError) -> Reason {
+    use redis::ErrorKind as K;
+    if e.is_timeout() {
+        return Reason::Timeout;
+    }
+    if e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error() {
+        return Reason::Unreachable;
+    }
+    match e.code() {
+        Some("OOM") => return Reason::OutOfMemory,
+        Some("READONLY" | "MASTERDOWN") => return Reason::ReadOnly,
+        Some("NOAUTH" | "WRONGPASS") => return Reason::Authentication,
+        Some("NOPERM") => return Reason::PermissionDenied,
+        Some("LOADING") => return Reason::Loading,
+        Some("BUSY" | "MISCONF" | "NOREPLICAS" | "TRYAGAIN" | "CLUSTERDOWN") => {
+            return Reason::Unavailable
+        }
+        _ => {}
+    }
+    match e.kind() {
+        K::ReadOnly | K::MasterDown => Reason::ReadOnly,
+        K::BusyLoadingError => Reason::Loading,
+        K::AuthenticationFailed => Reason::Authentication,
+        K::TryAgain | K::ClusterDown | K::NoScriptError => Reason::Unavailable,
+        K::IoError => Reason::Unreachable,
+        _ => Reason::Other,
+    }
+}
+
+/// Why a Postgres request failed, from its SQLSTATE or the kind of client error.
+pub fn postgres_reason(e: &sqlx::Error) -> Reason {
+    match e {
+        sqlx::Error::Database(db) => match db.code().as_deref() {
+            Some("28P01" | "28000") => Reason::Authentication,
+            Some("42501") => Reason::PermissionDenied,
+            // undefined_table, invalid_schema_name, invalid_catalog_name (no such database)
+            Some("42P01" | "3F000" | "3D000") => Reason::TableMissing,
+            Some("25006") => Reason::ReadOnly,
+            Some("53200" | "53100") => Reason::OutOfMemory,
+            // query_canceled: statement_timeout
+            Some("57014") => Reason::Timeout,
+            Some("57P03") => Reason::Loading,
+            Some(c) if c.starts_with("08") || c.starts_with("57P") => Reason::Unreachable,
+            Some(c) if c.starts_with("53") => Reason::Unavailable,
+            _ => Reason::Other,
+        },
+        sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => Reason::Timeout,
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => Reason::Unreachable,
+        sqlx::Error::PoolTimedOut => Reason::Timeout,
+        _ => Reason::Other,
     }
 }
 
@@ -127,3 +321,104 @@ impl From<sqlx::migrate::MigrateError> for Error {
 
 /// `Result` with the library's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_error(line: &str) -> redis::RedisError {
+        let reply = format!("-{line}\r\n");
+        match redis::parse_redis_value(reply.as_bytes()) {
+            Ok(redis::Value::ServerError(e)) => e.into(),
+            other => panic!("{line:?} parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn redis_answers_are_named_and_classified() {
+        for (line, reason) in [
+            (
+                "READONLY You can't write against a read only replica.",
+                Reason::ReadOnly,
+            ),
+            ("LOADING Redis is loading the dataset in memory", Reason::Loading),
+            (
+                "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+                Reason::ReadOnly,
+            ),
+            (
+                "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.",
+                Reason::Unavailable,
+            ),
+            (
+                "OOM command not allowed when used memory > 'maxmemory'.",
+                Reason::OutOfMemory,
+            ),
+            ("NOREPLICAS Not enough good replicas to write.", Reason::Unavailable),
+            ("BUSY Redis is busy running a script.", Reason::Unavailable),
+            ("NOAUTH Authentication required.", Reason::Authentication),
+            (
+                "WRONGPASS invalid username-password pair or user is disabled.",
+                Reason::Authentication,
+            ),
+            (
+                "NOPERM this user has no permissions to run the 'evalsha' command",
+                Reason::PermissionDenied,
+            ),
+            (
+                "TRYAGAIN Multiple keys request during rehashing of slot",
+                Reason::Unavailable,
+            ),
+            ("CLUSTERDOWN The cluster is down", Reason::Unavailable),
+        ] {
+            let e = Error::Redis(server_error(line));
+            assert_eq!(e.reason(), reason, "{line}");
+            assert_eq!(e.class(), ErrorClass::Transient, "{line}");
+        }
+        for line in [
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "ERR Error running script (call to f_x): @user_script:1: user_script:1: bad argument",
+            "ERR Protocol error: invalid bulk length",
+        ] {
+            let e = Error::Redis(server_error(line));
+            assert_eq!(e.reason(), Reason::Other, "{line}");
+        }
+    }
+
+    #[test]
+    fn broken_connections_are_told_from_timeouts() {
+        use std::io::{Error as Io, ErrorKind};
+        for kind in [
+            ErrorKind::BrokenPipe,
+            ErrorKind::ConnectionReset,
+            ErrorKind::ConnectionRefused,
+            ErrorKind::UnexpectedEof,
+            ErrorKind::NotConnected,
+        ] {
+            let e = redis::RedisError::from(Io::from(kind));
+            assert_eq!(redis_reason(&e), Reason::Unreachable, "{kind:?}");
+        }
+        let timeout = redis::RedisError::from(Io::from(ErrorKind::TimedOut));
+        assert_eq!(redis_reason(&timeout), Reason::Timeout);
+        let t = Error::Timeout {
+            what: "redis push",
+            after: Duration::from_secs(1),
+        };
+        assert_eq!(
+            (t.reason(), t.dependency()),
+            (Reason::Timeout, Some(Dependency::Redis))
+        );
+    }
+
+    #[test]
+    fn jobs_at_fault_are_not_outages() {
+        let e = Error::TooLarge {
+            uuid: uuid::Uuid::nil(),
+            size: 10,
+            max: 5,
+        };
+        assert_eq!(e.class(), ErrorClass::Permanent);
+        assert_eq!(e.dependency(), None);
+        assert_eq!(e.reason(), Reason::Other);
+    }
+}

@@ -14,9 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::relay::Health;
 use crate::telemetry::metrics;
 
-/// A worker that has not looped for this long is considered stuck: longer than the worst
-/// legitimate gap (30 s backoff cap plus a batch bounded by the push and statement timeouts).
-pub const STALL_LIMIT: Duration = Duration::from_secs(120);
+pub use crate::relay::health::STALL_LIMIT;
 
 /// Installs the Prometheus recorder (once per process) and returns its handle.
 pub fn install_recorder() -> Result<PrometheusHandle, String> {
@@ -92,30 +90,20 @@ async fn render_metrics(
     )
 }
 
-async fn healthz(State(s): State<AppState>) -> (StatusCode, &'static str) {
-    match s.health.since_heartbeat() {
-        Some(d) if d > STALL_LIMIT => (StatusCode::SERVICE_UNAVAILABLE, "relay loop stalled\n"),
-        _ => (StatusCode::OK, "ok\n"),
+async fn healthz(State(s): State<AppState>) -> (StatusCode, String) {
+    match s.health.liveness() {
+        Ok(()) => (StatusCode::OK, "ok\n".into()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
     }
 }
 
+/// 200 `ready`, or 503 with one line per reason, e.g. `redis: out of memory (OOM ...)`.
 async fn readyz(State(s): State<AppState>) -> (StatusCode, String) {
-    use crate::relay::Dependency::{Postgres, Redis};
-    if s.health.is_ready() {
-        return (StatusCode::OK, "ready\n".into());
+    match s.health.readiness() {
+        Ok(()) => (StatusCode::OK, "ready\n".into()),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{}\n", why.join("\n")),
+        ),
     }
-    let mut why = Vec::new();
-    if !s.health.is_up(Postgres) {
-        why.push("postgres unreachable");
-    }
-    if !s.health.is_up(Redis) {
-        why.push("redis unreachable");
-    }
-    if why.is_empty() {
-        why.push("outbox table missing (run `jobrelay migrate`)");
-    }
-    (
-        StatusCode::SERVICE_UNAVAILABLE,
-        format!("{}\n", why.join(", ")),
-    )
 }

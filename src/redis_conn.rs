@@ -11,6 +11,8 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
+use crate::error::{redis_reason, Reason};
+
 /// A self-reconnecting connection whose connect and each response are bounded by `timeout`,
 /// and whose own reconnect attempts are few and short (the caller backs off in between).
 pub async fn connect(
@@ -80,39 +82,12 @@ impl ConnectionLike for RedisConnection {
 }
 
 /// Whether `e` says the connection itself broke (reset, refused, closed, or a reconnect begun
-/// earlier that failed), as opposed to a timeout or an answer from Redis.
+/// earlier that failed), as opposed to a timeout or an answer from Redis: its
+/// [`crate::error::redis_reason`] is [`Reason::Unreachable`].
 ///
 /// After such an error `ConnectionManager` starts a new connection; but a reconnect begun
 /// during an outage that failed is handed, as this error, to the first request made after
 /// Redis came back. One more try tells that stale connection from an outage that goes on.
 pub fn is_broken_connection(e: &redis::RedisError) -> bool {
-    e.is_connection_dropped() || e.is_connection_refusal() || (e.is_io_error() && !e.is_timeout())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_broken_connection;
-    use std::io::{Error, ErrorKind};
-
-    #[test]
-    fn broken_connections_are_told_from_timeouts_and_answers() {
-        for kind in [
-            ErrorKind::BrokenPipe,
-            ErrorKind::ConnectionReset,
-            ErrorKind::ConnectionRefused,
-            ErrorKind::UnexpectedEof,
-            ErrorKind::NotConnected,
-        ] {
-            let e = redis::RedisError::from(Error::from(kind));
-            assert!(is_broken_connection(&e), "{kind:?}");
-        }
-        let timeout = redis::RedisError::from(Error::from(ErrorKind::TimedOut));
-        assert!(!is_broken_connection(&timeout));
-        let answer = redis::RedisError::from((
-            redis::ErrorKind::TypeError,
-            "WRONGTYPE",
-            "Operation against a key holding the wrong kind of value".to_owned(),
-        ));
-        assert!(!is_broken_connection(&answer));
-    }
+    redis_reason(e) == Reason::Unreachable
 }

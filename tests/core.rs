@@ -41,6 +41,7 @@ fn settings(batch_size: usize) -> Arc<BatchSettings> {
         batch_size,
         max_attempts: 25,
         statement_timeout: Duration::from_secs(15),
+        ..BatchSettings::default()
     })
 }
 

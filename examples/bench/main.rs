@@ -313,6 +313,7 @@ async fn start_relay(
             batch_size: args.batch_size,
             max_attempts: 25,
             statement_timeout: STATEMENT_TIMEOUT,
+            ..BatchSettings::default()
         },
         poll_interval: Duration::from_secs(1),
     };
@@ -402,6 +403,7 @@ async fn bench_stages(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, Bo
             batch_size: args.batch_size,
             max_attempts: 25,
             statement_timeout: STATEMENT_TIMEOUT,
+            ..BatchSettings::default()
         }),
         sink,
     );

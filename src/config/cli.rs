@@ -47,6 +47,14 @@ pub struct Flags {
     /// Rows claimed per transaction [env: JOBRELAY_BATCH_SIZE] [default: 2000]
     #[arg(long, global = true, value_name = "N")]
     pub batch_size: Option<String>,
+    /// Bytes claimed per transaction and sent per Redis script call (payloads plus ~200 bytes a
+    /// row; a single row may exceed it) [env: JOBRELAY_BATCH_MAX_BYTES] [default: 16MiB]
+    #[arg(long, global = true, value_name = "BYTES")]
+    pub batch_max_bytes: Option<String>,
+    /// Largest job relayed (marshalled); a larger one is dead-lettered, never fetched whole
+    /// [env: JOBRELAY_MAX_JOB_SIZE] [default: 8MiB]
+    #[arg(long, global = true, value_name = "BYTES")]
+    pub max_job_size: Option<String>,
     /// Concurrent claim loops [env: JOBRELAY_WORKERS] [default: 2]
     #[arg(long, global = true, value_name = "N")]
     pub workers: Option<String>,

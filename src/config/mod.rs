@@ -90,6 +90,10 @@ pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postg
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// Default rows per batch (chosen by benchmark).
 pub const DEFAULT_BATCH_SIZE: usize = 2000;
+/// Default `--batch-max-bytes` (chosen by measurement; see the README).
+pub const DEFAULT_BATCH_MAX_BYTES: usize = crate::enqueue::DEFAULT_MAX_CALL_BYTES;
+/// Default `--max-job-size` (see the README).
+pub const DEFAULT_MAX_JOB_SIZE: usize = crate::enqueue::DEFAULT_MAX_JOB_BYTES;
 /// Default claim loops (chosen by benchmark).
 pub const DEFAULT_WORKERS: usize = 2;
 /// Default idle poll interval.
@@ -126,6 +130,10 @@ pub struct Config {
     pub namespace: String,
     /// `--batch-size`.
     pub batch_size: usize,
+    /// `--batch-max-bytes`.
+    pub batch_max_bytes: usize,
+    /// `--max-job-size`.
+    pub max_job_size: usize,
     /// `--workers`.
     pub workers: usize,
     /// `--poll-interval`.
@@ -199,6 +207,24 @@ impl Config {
         let batch_size = src
             .parse("batch_size", |s| bounded_int(s, 1, 10_000))?
             .unwrap_or(DEFAULT_BATCH_SIZE);
+        let batch_max_bytes = src
+            .parse("batch_max_bytes", |s| {
+                byte_size_between(s, 64 * 1024, 1 << 30)
+            })?
+            .unwrap_or(DEFAULT_BATCH_MAX_BYTES);
+        let max_job_size = src
+            .parse("max_job_size", |s| byte_size_between(s, 1024, 1 << 30))?
+            .unwrap_or(DEFAULT_MAX_JOB_SIZE);
+        if max_job_size > batch_max_bytes {
+            return Err(ConfigError {
+                culprit: src.origin_of("max_job_size").to_string(),
+                reason: format!(
+                    "{max_job_size} bytes is more than the batch byte cap ({batch_max_bytes} bytes, \
+                     --batch-max-bytes): a job that large could never be relayed; raise \
+                     --batch-max-bytes or lower --max-job-size"
+                ),
+            });
+        }
         let workers = src
             .parse("workers", |s| bounded_int(s, 1, 64))?
             .unwrap_or(DEFAULT_WORKERS);
@@ -250,6 +276,8 @@ impl Config {
             table,
             namespace,
             batch_size,
+            batch_max_bytes,
+            max_job_size,
             workers,
             poll_interval,
             max_attempts,
@@ -297,9 +325,11 @@ impl Config {
         Ok(session_settings(opts, self.idle_in_transaction_timeout()))
     }
 
-    /// The enqueue algorithm with `--namespace` and `--dedup-ttl`.
+    /// The enqueue algorithm with `--namespace`, `--dedup-ttl`, `--max-job-size` and
+    /// `--batch-max-bytes` (the bytes of one script call).
     pub fn enqueuer(&self) -> crate::enqueue::Enqueuer {
         crate::enqueue::Enqueuer::new(self.namespace.clone(), self.dedup_ttl)
+            .with_limits(self.max_job_size, self.batch_max_bytes)
     }
 
     /// A Redis client for `--redis-url`, trusting `--redis-ca-file` when given.
@@ -444,6 +474,37 @@ fn duration_between(s: &str, min: Duration, max: Duration) -> Result<Duration, S
         ));
     }
     Ok(d)
+}
+
+/// Parses a size in bytes: a whole number with an optional unit, case-insensitive: `b`,
+/// `k`/`kb`/`kib`, `m`/`mb`/`mib`, `g`/`gb`/`gib`, all powers of 1024 as in Redis's own
+/// configuration (`proto-max-bulk-len 1mb` is 1048576 bytes).
+pub fn parse_byte_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let bad = || format!("{s:?} is not a size like 16MiB, 512kb or 1048576");
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let unit_bytes: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1024,
+        "m" | "mb" | "mib" => 1024 * 1024,
+        "g" | "gb" | "gib" => 1024 * 1024 * 1024,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(unit_bytes)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(bad)
+}
+
+fn byte_size_between(s: &str, min: usize, max: usize) -> Result<usize, String> {
+    let n = parse_byte_size(s)?;
+    if n < min || n > max {
+        return Err(format!(
+            "{s:?} ({n} bytes) is out of range {min}..={max} bytes"
+        ));
+    }
+    Ok(n)
 }
 
 fn bounded_int(s: &str, min: usize, max: usize) -> Result<usize, String> {

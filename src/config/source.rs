@@ -26,6 +26,16 @@ pub const OPTIONS: &[(&str, &str, Option<&str>)] = &[
     ("table", "--table", Some("JOBRELAY_TABLE")),
     ("namespace", "--namespace", Some("JOBRELAY_NAMESPACE")),
     ("batch_size", "--batch-size", Some("JOBRELAY_BATCH_SIZE")),
+    (
+        "batch_max_bytes",
+        "--batch-max-bytes",
+        Some("JOBRELAY_BATCH_MAX_BYTES"),
+    ),
+    (
+        "max_job_size",
+        "--max-job-size",
+        Some("JOBRELAY_MAX_JOB_SIZE"),
+    ),
     ("workers", "--workers", Some("JOBRELAY_WORKERS")),
     (
         "poll_interval",
@@ -81,7 +91,7 @@ pub(crate) struct Sources<'a> {
 }
 
 fn flag_values(f: &Flags) -> HashMap<&'static str, String> {
-    let pairs: [(&'static str, &Option<String>); 17] = [
+    let pairs: [(&'static str, &Option<String>); 19] = [
         ("database_url", &f.database_url),
         ("database_url_file", &f.database_url_file),
         ("redis_url", &f.redis_url),
@@ -90,6 +100,8 @@ fn flag_values(f: &Flags) -> HashMap<&'static str, String> {
         ("table", &f.table),
         ("namespace", &f.namespace),
         ("batch_size", &f.batch_size),
+        ("batch_max_bytes", &f.batch_max_bytes),
+        ("max_job_size", &f.max_job_size),
         ("workers", &f.workers),
         ("poll_interval", &f.poll_interval),
         ("max_attempts", &f.max_attempts),

@@ -20,6 +20,18 @@ use crate::job::{epoch_score, Job};
 /// Jobs per script call. Bounds how long one call blocks Redis (a few milliseconds).
 pub const MAX_JOBS_PER_CALL: usize = 1000;
 
+/// Default `--max-job-size`: the largest marshalled job relayed (larger ones are dead-lettered
+/// as permanent failures). See the README's measurements.
+pub const DEFAULT_MAX_JOB_BYTES: usize = 8 * 1024 * 1024;
+
+/// Default bytes per script call and per batch (`--batch-max-bytes`). See the README's
+/// measurements.
+pub const DEFAULT_MAX_CALL_BYTES: usize = 16 * 1024 * 1024;
+
+/// What one job adds to a script call besides its marshalled bytes: its marker and queue keys
+/// and its route (estimate, without the namespace, counted separately).
+const ARGS_OVERHEAD: usize = 160;
+
 const SCRIPT: &str = include_str!("enqueue.lua");
 
 /// Runs the enqueue algorithm against one Redis, under one key namespace.
@@ -30,6 +42,8 @@ const SCRIPT: &str = include_str!("enqueue.lua");
 pub struct Enqueuer {
     namespace: String,
     dedup_ttl_ms: u64,
+    max_job_bytes: usize,
+    max_call_bytes: usize,
     script: redis::Script,
 }
 
@@ -38,13 +52,25 @@ pub type JobResult = Result<Outcome>;
 
 impl Enqueuer {
     /// An enqueuer writing keys under `namespace` (e.g. `"app1:"`, or `""` for none) whose
-    /// dedup markers expire after `dedup_ttl` (`Duration::ZERO`: never).
+    /// dedup markers expire after `dedup_ttl` (`Duration::ZERO`: never), with the default
+    /// size limits ([`DEFAULT_MAX_JOB_BYTES`], [`DEFAULT_MAX_CALL_BYTES`]).
     pub fn new(namespace: impl Into<String>, dedup_ttl: Duration) -> Self {
         Enqueuer {
             namespace: namespace.into(),
             dedup_ttl_ms: dedup_ttl.as_millis().try_into().unwrap_or(u64::MAX),
+            max_job_bytes: DEFAULT_MAX_JOB_BYTES,
+            max_call_bytes: DEFAULT_MAX_CALL_BYTES,
             script: redis::Script::new(SCRIPT),
         }
+    }
+
+    /// The same enqueuer with other size limits: a job whose marshalled form exceeds
+    /// `max_job_bytes` fails as [`Error::TooLarge`] (permanent, nothing sent), and one script
+    /// call carries at most `max_call_bytes` (except a single job, which is never split).
+    pub fn with_limits(mut self, max_job_bytes: usize, max_call_bytes: usize) -> Self {
+        self.max_job_bytes = max_job_bytes.max(1);
+        self.max_call_bytes = max_call_bytes.max(1);
+        self
     }
 
     /// The key namespace.
@@ -64,46 +90,59 @@ impl Enqueuer {
 
     /// Enqueues many jobs: one result per job, in the order given.
     ///
-    /// The outer `Err` means the call as a whole failed (Redis unreachable, timeout, READONLY,
-    /// ...): some jobs may have been written, each completely, with its marker. Retrying the
-    /// same jobs is safe; those turn into [`Outcome::Duplicate`]. An inner `Err` concerns one
-    /// job: [`Error::InvalidJob`] (permanent, nothing sent) or [`Error::Refused`] (the script
-    /// refused it, nothing written).
+    /// The jobs go out in script calls of at most [`MAX_JOBS_PER_CALL`] jobs and the byte
+    /// limit; each call is atomic. The outer `Err` means the first call failed (Redis
+    /// unreachable, timeout, READONLY, OOM, ...): no job is acknowledged, though some may have
+    /// been written, each completely, with its marker; retrying them is safe (they turn into
+    /// [`Outcome::Duplicate`]). When a later call fails, the jobs of the calls before it keep
+    /// their outcomes (Redis acknowledged them), and every job from the failed call on is
+    /// [`Error::Unacknowledged`] (transient). An inner `Err` may also concern one job:
+    /// [`Error::InvalidJob`] or [`Error::TooLarge`] (permanent, nothing sent) or
+    /// [`Error::Refused`] (the script refused it, nothing written).
     pub async fn enqueue_batch<C: ConnectionLike + Send>(
         &self,
         con: &mut C,
         jobs: &[Job],
     ) -> Result<Vec<JobResult>> {
         let mut results: Vec<Option<JobResult>> = Vec::with_capacity(jobs.len());
-        // Indexes (into `jobs`) of the jobs sent in the current call.
+        // Indexes (into `jobs`) of the jobs in the current call, and the call's size.
         let mut sent: Vec<usize> = Vec::with_capacity(jobs.len().min(MAX_JOBS_PER_CALL));
+        let mut call_bytes = 0;
+        let mut acknowledged = false;
         let mut invocation = self.new_invocation();
         let mut buf = Vec::new();
         // The key and route arguments are built in this one buffer, which the invocation
         // copies from: no `String` of its own for each key or route.
         let mut scratch = String::new();
         for (i, job) in jobs.iter().enumerate() {
-            match job.validate().and_then(|()| {
-                buf.clear();
-                job.marshal_into(&mut buf)
-            }) {
-                Err(e) => results.push(Some(Err(e))),
-                Ok(()) => {
-                    results.push(None);
-                    self.add_job(&mut invocation, job, &buf, &mut scratch);
-                    sent.push(i);
-                    if sent.len() == MAX_JOBS_PER_CALL {
-                        self.call(con, &invocation, &sent, jobs, &mut results)
-                            .await?;
-                        sent.clear();
-                        invocation = self.new_invocation();
-                    }
-                }
+            buf.clear();
+            if let Err(e) = self.marshal_checked(job, &mut buf) {
+                results.push(Some(Err(e)));
+                continue;
             }
+            let size = buf.len() + 2 * self.namespace.len() + job.queue.len() + ARGS_OVERHEAD;
+            if !sent.is_empty()
+                && (sent.len() == MAX_JOBS_PER_CALL || call_bytes + size > self.max_call_bytes)
+            {
+                let call = self.call(con, &invocation, &sent, jobs, &mut results).await;
+                if let Err(e) = call {
+                    return unacknowledged_from(e, acknowledged, &sent, jobs, results);
+                }
+                acknowledged = true;
+                sent.clear();
+                call_bytes = 0;
+                invocation = self.new_invocation();
+            }
+            results.push(None);
+            self.add_job(&mut invocation, job, &buf, &mut scratch);
+            sent.push(i);
+            call_bytes += size;
         }
         if !sent.is_empty() {
-            self.call(con, &invocation, &sent, jobs, &mut results)
-                .await?;
+            let call = self.call(con, &invocation, &sent, jobs, &mut results).await;
+            if let Err(e) = call {
+                return unacknowledged_from(e, acknowledged, &sent, jobs, results);
+            }
         }
         Ok(results
             .into_iter()
@@ -125,6 +164,20 @@ impl Enqueuer {
                 what: "redis push",
                 after: timeout,
             })?
+    }
+
+    /// Validates and marshals `job` into `buf`, refusing one over the size limit.
+    fn marshal_checked(&self, job: &Job, buf: &mut Vec<u8>) -> Result<()> {
+        job.validate()?;
+        job.marshal_into(buf)?;
+        if buf.len() > self.max_job_bytes {
+            return Err(Error::TooLarge {
+                uuid: job.uuid,
+                size: buf.len(),
+                max: self.max_job_bytes,
+            });
+        }
+        Ok(())
     }
 
     fn new_invocation(&self) -> redis::ScriptInvocation<'_> {
@@ -205,6 +258,37 @@ impl Enqueuer {
     }
 }
 
+/// Ends a batch whose call over `failed` (indexes into `jobs`) failed with `e`: the outer error
+/// when nothing was acknowledged yet, otherwise every job without a result (the failed call's
+/// and the ones never sent) becomes [`Error::Unacknowledged`].
+fn unacknowledged_from(
+    e: Error,
+    acknowledged: bool,
+    failed: &[usize],
+    jobs: &[Job],
+    mut results: Vec<Option<JobResult>>,
+) -> Result<Vec<JobResult>> {
+    if !acknowledged {
+        return Err(e);
+    }
+    debug_assert!(failed.iter().all(|&i| results[i].is_none()));
+    let (reason, message) = (e.reason(), e.to_string());
+    results.resize_with(jobs.len(), || None);
+    Ok(results
+        .into_iter()
+        .zip(jobs)
+        .map(|(r, job)| {
+            r.unwrap_or_else(|| {
+                Err(Error::Unacknowledged {
+                    uuid: job.uuid,
+                    reason,
+                    message: message.clone(),
+                })
+            })
+        })
+        .collect())
+}
+
 fn uuid_arg(u: Option<uuid::Uuid>, buf: &mut [u8; 45]) -> &str {
     match u {
         Some(u) => u.hyphenated().encode_lower(buf),
@@ -216,87 +300,5 @@ fn refused(job: &Job, message: String) -> Error {
     Error::Refused {
         uuid: job.uuid,
         message,
-    }
-}
-
-/// Whether a Redis error says "try again later" (the whole call failed for reasons outside the
-/// jobs), as opposed to an error about what was sent.
-///
-/// Transient: the connection failed (refused, reset, timed out); the server cannot take writes
-/// now (`READONLY` replica, `LOADING`, `MASTERDOWN`, `MISCONF` after a failed save, `OOM`,
-/// `NOREPLICAS`, `BUSY` script, cluster `TRYAGAIN`/`CLUSTERDOWN`); or the connection is not
-/// allowed to (`NOAUTH`, `WRONGPASS`, `NOPERM`): an operator fixes those, not the job, so they
-/// must not count attempts against every row and dead-letter the backlog.
-pub fn is_transient(e: &redis::RedisError) -> bool {
-    use redis::ErrorKind as K;
-    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
-        return true;
-    }
-    match e.kind() {
-        K::ReadOnly
-        | K::BusyLoadingError
-        | K::MasterDown
-        | K::TryAgain
-        | K::ClusterDown
-        | K::AuthenticationFailed
-        | K::NoScriptError
-        | K::IoError => true,
-        _ => matches!(
-            e.code(),
-            Some(
-                "OOM"
-                    | "BUSY"
-                    | "LOADING"
-                    | "READONLY"
-                    | "MASTERDOWN"
-                    | "MISCONF"
-                    | "NOREPLICAS"
-                    | "NOAUTH"
-                    | "WRONGPASS"
-                    | "NOPERM"
-            )
-        ),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_transient;
-
-    fn server_error(line: &str) -> redis::RedisError {
-        let reply = format!("-{line}\r\n");
-        match redis::parse_redis_value(reply.as_bytes()) {
-            Ok(redis::Value::ServerError(e)) => e.into(),
-            other => panic!("{line:?} parsed as {other:?}"),
-        }
-    }
-
-    #[test]
-    fn outages_are_transient_and_job_errors_are_not() {
-        for line in [
-            "READONLY You can't write against a read only replica.",
-            "LOADING Redis is loading the dataset in memory",
-            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
-            "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.",
-            "OOM command not allowed when used memory > 'maxmemory'.",
-            "NOREPLICAS Not enough good replicas to write.",
-            "BUSY Redis is busy running a script.",
-            "NOAUTH Authentication required.",
-            "NOPERM this user has no permissions to run the 'evalsha' command",
-            "TRYAGAIN Multiple keys request during rehashing of slot",
-            "CLUSTERDOWN The cluster is down",
-        ] {
-            assert!(is_transient(&server_error(line)), "{line}");
-        }
-        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-        assert!(is_transient(&redis::RedisError::from(io)));
-        let io = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
-        assert!(is_transient(&redis::RedisError::from(io)));
-        for line in [
-            "WRONGTYPE Operation against a key holding the wrong kind of value",
-            "ERR Error running script (call to f_x): @user_script:1: user_script:1: bad argument",
-        ] {
-            assert!(!is_transient(&server_error(line)), "{line}");
-        }
     }
 }

@@ -4,27 +4,47 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use sqlx::{PgConnection, PgPool};
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, PgPool, Row as _};
 
 use super::queries::Queries;
-use super::report::Report;
+use super::report::{Interruption, Report};
 use super::row::{PendingRow, RowMeta};
 use super::sink::JobSink;
 use crate::backoff::per_job_delay;
-use crate::enqueue::Outcome;
-use crate::error::{Error, ErrorClass, Result};
+use crate::enqueue::{JobResult, Outcome};
+use crate::error::{Dependency, Error, ErrorClass, Result};
+use crate::job::Job;
 use crate::telemetry::metrics;
+use uuid::Uuid;
 
 /// How a batch is claimed and what happens to rows that fail.
 #[derive(Debug, Clone)]
 pub struct BatchSettings {
     /// Rows claimed per transaction.
     pub batch_size: usize,
+    /// Bytes claimed per transaction (payloads plus an estimate per row), past the first row.
+    pub max_batch_bytes: usize,
+    /// Largest payload fetched: a row over it is dead-lettered by the claim itself.
+    pub max_job_bytes: usize,
     /// Attempts after which a refused row moves to the dead-letter table.
     pub max_attempts: u32,
     /// Client-side bound on each statement (claim, hand-back, commit), on top of the server's
     /// `statement_timeout`: a Postgres that stops answering cannot hold a worker.
     pub statement_timeout: Duration,
+}
+
+impl Default for BatchSettings {
+    /// The daemon's defaults: 2,000 rows, 16 MiB, jobs up to 8 MiB, 25 attempts, 15 s.
+    fn default() -> Self {
+        BatchSettings {
+            batch_size: 2000,
+            max_batch_bytes: crate::enqueue::DEFAULT_MAX_CALL_BYTES,
+            max_job_bytes: crate::enqueue::DEFAULT_MAX_JOB_BYTES,
+            max_attempts: 25,
+            statement_timeout: Duration::from_secs(15),
+        }
+    }
 }
 
 /// Runs batches for one worker: one [`JobSink`], one connection at a time from the pool.
@@ -39,7 +59,33 @@ pub struct Batcher<S> {
 struct Failed {
     row: PendingRow,
     error: String,
-    retry_in: Option<Duration>,
+    fate: Fate,
+}
+
+/// Where a failed row goes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fate {
+    /// Back to the outbox table, claimable after this delay.
+    Retry(Duration),
+    /// To the dead-letter table.
+    Dead,
+}
+
+/// A claimed row, and whether the claim itself moved it to the dead letters (its payload is
+/// over `--max-job-size` and was never fetched).
+struct ClaimedRow {
+    row: PendingRow,
+    buried: bool,
+}
+
+/// The claim's columns: [`PendingRow`]'s, then `buried` (see [`Queries::claim`]).
+impl<'r> sqlx::FromRow<'r, PgRow> for ClaimedRow {
+    fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
+        Ok(ClaimedRow {
+            row: PendingRow::from_row(row)?,
+            buried: row.try_get(12)?,
+        })
+    }
 }
 
 impl<S: JobSink> Batcher<S> {
@@ -97,29 +143,60 @@ impl<S: JobSink> Batcher<S> {
         older_than: Option<Duration>,
     ) -> Result<Report> {
         let claiming = Instant::now();
-        let mut rows: Vec<PendingRow> = self
+        let claimed: Vec<ClaimedRow> = self
             .bounded(
                 "postgres claim",
                 sqlx::query_as(&self.queries.claim)
                     .bind(self.settings.batch_size as i64)
                     .bind(older_than.map(|d| d.as_secs_f64()))
+                    .bind(self.settings.max_batch_bytes as i64)
+                    .bind(self.settings.max_job_bytes as i64)
                     .fetch_all(&mut *conn),
             )
             .await?;
         let mut report = Report {
-            claimed: rows.len() as u64,
+            claimed: claimed.len() as u64,
             ..Report::default()
         };
         report.stages.claim = claiming.elapsed();
-        if rows.is_empty() {
+        if claimed.is_empty() {
             return Ok(report);
         }
-        rows.sort_unstable_by_key(|r| r.id);
 
-        let mut metas: Vec<RowMeta> = Vec::with_capacity(rows.len());
-        let mut jobs = Vec::with_capacity(rows.len());
+        let (metas, jobs, mut failed) = self.decode(claimed, &mut report);
+        let pushing = Instant::now();
+        let results = self.push(&jobs).await?;
+        self.classify(&metas, &jobs, results, &mut failed, &mut report);
+        report.stages.push = pushing.elapsed();
+        if !failed.is_empty() {
+            let settling = Instant::now();
+            self.settle_failures(conn, failed, &mut report).await?;
+            report.stages.settle = settling.elapsed();
+        }
+        Ok(report)
+    }
+
+    /// Turns claimed rows into jobs, in `id` order. Rows that can never become a job are
+    /// failed permanently; rows the claim itself dead-lettered (over `--max-job-size`) are
+    /// only counted.
+    fn decode(
+        &self,
+        mut claimed: Vec<ClaimedRow>,
+        report: &mut Report,
+    ) -> (Vec<RowMeta>, Vec<Job>, Vec<Failed>) {
+        claimed.sort_unstable_by_key(|c| c.row.id);
+        let mut metas: Vec<RowMeta> = Vec::with_capacity(claimed.len());
+        let mut jobs = Vec::with_capacity(claimed.len());
         let mut failed: Vec<Failed> = Vec::new();
-        for row in rows {
+        let mut buried_first: Option<(i64, Uuid)> = None;
+        let mut buried = 0;
+        for c in claimed {
+            let row = c.row;
+            if c.buried {
+                buried += 1;
+                buried_first.get_or_insert((row.id, row.uuid));
+                continue;
+            }
             match row.into_job() {
                 Ok((meta, job)) => {
                     metas.push(meta);
@@ -133,91 +210,112 @@ impl<S: JobSink> Batcher<S> {
                     failed.push(Failed {
                         row,
                         error: e.to_string(),
-                        retry_in: None,
+                        fate: Fate::Dead,
                     });
                 }
             }
         }
+        if let Some((id, uuid)) = buried_first {
+            report.invalid += buried;
+            report.dead_lettered += buried;
+            metrics::dead_lettered(buried);
+            tracing::warn!(rows = buried, first_id = id, first_uuid = %uuid,
+                max_job_bytes = self.settings.max_job_bytes,
+                "rows over --max-job-size moved to the dead-letter table");
+        }
+        (metas, jobs, failed)
+    }
 
-        let pushing = Instant::now();
-        let results = if jobs.is_empty() {
-            Vec::new()
-        } else {
-            self.sink
-                .push(&jobs)
-                .await
-                .and_then(|results| {
-                    // A row is deleted unless its result says otherwise: a result missing for
-                    // a job would delete its row without a push. Treat the batch as failed.
-                    if results.len() == jobs.len() {
-                        Ok(results)
-                    } else {
-                        Err(Error::Redis(redis::RedisError::from((
-                            redis::ErrorKind::ClientError,
-                            "sink answered the wrong number of results",
-                            format!("{} results for {} jobs", results.len(), jobs.len()),
-                        ))))
-                    }
-                })
-                .inspect_err(|_| {
-                    metrics::failures(ErrorClass::Transient, jobs.len() as u64);
-                })?
-        };
+    /// Pushes the jobs; one result per job. `Err`: nothing was acknowledged (roll back).
+    async fn push(&self, jobs: &[Job]) -> Result<Vec<JobResult>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let results = self.sink.push(jobs).await.and_then(|results| {
+            // A row is deleted unless its result says otherwise: a result missing for a job
+            // would delete its row without a push. Treat the batch as failed.
+            if results.len() == jobs.len() {
+                Ok(results)
+            } else {
+                Err(Error::Redis(redis::RedisError::from((
+                    redis::ErrorKind::ClientError,
+                    "sink answered the wrong number of results",
+                    format!("{} results for {} jobs", results.len(), jobs.len()),
+                ))))
+            }
+        });
+        results.inspect_err(|_| metrics::failures(ErrorClass::Transient, jobs.len() as u64))
+    }
+
+    /// Counts each job's result; the jobs that did not make it join `failed` with their fate.
+    fn classify(
+        &self,
+        metas: &[RowMeta],
+        jobs: &[Job],
+        results: Vec<JobResult>,
+        failed: &mut Vec<Failed>,
+        report: &mut Report,
+    ) {
         let now = Utc::now();
         let mut first_refusal: Option<String> = None;
-        for ((meta, job), result) in metas.iter().zip(&jobs).zip(results) {
-            match result {
+        for ((meta, job), result) in metas.iter().zip(jobs).zip(results) {
+            let e = match result {
                 Ok(outcome) => {
                     report.outcomes[outcome.index()] += 1;
                     metrics::relay_lag((now - job.created_at).as_seconds_f64());
+                    continue;
                 }
-                Err(e) => {
-                    let class = e.class();
-                    let attempts = meta.attempts.saturating_add(1);
-                    let retry_in = match class {
-                        ErrorClass::Transient => {
-                            metrics::failures(ErrorClass::Transient, jobs.len() as u64);
-                            return Err(e);
-                        }
-                        ErrorClass::Permanent => {
-                            report.invalid += 1;
-                            None
-                        }
-                        ErrorClass::PerJob => {
-                            report.refused += 1;
-                            first_refusal.get_or_insert_with(|| e.to_string());
-                            (attempts < self.settings.max_attempts as i32)
-                                .then(|| per_job_delay(attempts as u32))
-                        }
-                    };
-                    tracing::debug!(uuid = %job.uuid, id = meta.id, attempts, error = %e, "job failed");
-                    let meta = RowMeta {
-                        id: meta.id,
-                        attempts,
-                    };
-                    failed.push(Failed {
-                        row: PendingRow::from_job(meta, job),
-                        error: e.to_string(),
-                        retry_in,
-                    });
+                Err(e) => e,
+            };
+            let mut attempts = meta.attempts.saturating_add(1);
+            let fate = match e.class() {
+                ErrorClass::Transient => {
+                    // Not acknowledged while others were: kept as it was, for the next batch.
+                    report.kept += 1;
+                    attempts = meta.attempts;
+                    if report.interrupted.is_none() {
+                        report.interrupted = Some(Interruption {
+                            dependency: e.dependency().unwrap_or(Dependency::Redis),
+                            reason: e.reason(),
+                            error: e.to_string(),
+                        });
+                    }
+                    Fate::Retry(Duration::ZERO)
                 }
-            }
+                ErrorClass::Permanent => {
+                    report.invalid += 1;
+                    Fate::Dead
+                }
+                ErrorClass::PerJob => {
+                    report.refused += 1;
+                    first_refusal.get_or_insert_with(|| e.to_string());
+                    if attempts < self.settings.max_attempts as i32 {
+                        Fate::Retry(per_job_delay(attempts as u32))
+                    } else {
+                        Fate::Dead
+                    }
+                }
+            };
+            tracing::debug!(uuid = %job.uuid, id = meta.id, attempts, error = %e, "job failed");
+            let meta = RowMeta {
+                id: meta.id,
+                attempts,
+            };
+            failed.push(Failed {
+                row: PendingRow::from_job(meta, job),
+                error: e.to_string(),
+                fate,
+            });
         }
         for o in Outcome::ALL {
             metrics::relayed(o, report.outcome(o));
         }
+        metrics::failures(ErrorClass::Transient, report.kept);
         metrics::failures(ErrorClass::PerJob, report.refused);
         metrics::failures(ErrorClass::Permanent, report.invalid);
         if let Some(first) = first_refusal {
             tracing::warn!(refused = report.refused, first_error = %first, "jobs refused by redis; kept for retry");
         }
-        report.stages.push = pushing.elapsed();
-        if !failed.is_empty() {
-            let settling = Instant::now();
-            self.settle_failures(conn, failed, &mut report).await?;
-            report.stages.settle = settling.elapsed();
-        }
-        Ok(report)
     }
 
     /// Puts failed rows back (attempts + 1, delayed) or moves them to the dead letters.
@@ -228,7 +326,7 @@ impl<S: JobSink> Batcher<S> {
         report: &mut Report,
     ) -> Result<()> {
         let (retry, dead): (Vec<Failed>, Vec<Failed>) =
-            failed.into_iter().partition(|f| f.retry_in.is_some());
+            failed.into_iter().partition(|f| f.fate != Fate::Dead);
         if !retry.is_empty() {
             self.hand_back(conn, &self.queries.retry, retry).await?;
         }
@@ -274,7 +372,10 @@ impl<S: JobSink> Batcher<S> {
             headers.push(r.headers);
             created_at.push(r.created_at);
             attempts.push(r.attempts);
-            delay.push(f.retry_in.unwrap_or_default().as_secs_f64());
+            delay.push(match f.fate {
+                Fate::Retry(d) => d.as_secs_f64(),
+                Fate::Dead => 0.0,
+            });
             last_error.push(f.error);
         }
         self.bounded(

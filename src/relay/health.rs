@@ -1,11 +1,17 @@
-//! What the relay knows about its dependencies, shared by workers, probes and metrics.
+//! What the relay knows about its dependencies and its own tasks, shared by workers, the probe,
+//! `/healthz`, `/readyz` and metrics.
 //!
-//! Workers and the probe task report successes and failures here, each with the time its
-//! request was sent; the first failure after a success logs the outage once, and the first
-//! success after it logs the recovery once. A report about a request sent before the last
+//! Three things are tracked as episodes: Postgres, Redis, and the outbox table. Workers and the
+//! probe report successes and failures here, each with the time its request was sent and, for
+//! failures, the [`Reason`] the error names. The first failure after a success logs the episode
+//! once, with its reason; the first success after it logs its end once. Failures in between
+//! only update the reason that `/readyz` shows. A report about a request sent before the last
 //! change of state is old news and is ignored, so overlapping requests (two workers and the
 //! probe) cannot make one outage look like several. A recovery also wakes the workers that are
 //! backing off ([`Health::recoveries`]).
+//!
+//! Failures that name no dependency state ([`Reason::Other`]: an SQL error, a bug) are not
+//! outages: they are logged once per run of failing batches.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -13,43 +19,21 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
-use crate::error::Error;
-use crate::telemetry::metrics;
+pub use crate::error::Dependency;
+use crate::error::{Error, Reason};
+use crate::table::TableName;
+use crate::telemetry::{metrics, redact};
 
-/// A dependency of the relay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dependency {
-    /// The outbox database.
-    Postgres,
-    /// The job store.
-    Redis,
-}
+/// A worker that has not looped for this long is considered stuck: longer than the worst
+/// legitimate gap (30 s backoff cap plus a batch bounded by the push and statement timeouts).
+pub const STALL_LIMIT: Duration = Duration::from_secs(120);
 
-impl Dependency {
-    /// The label used in logs and `jobrelay_up{dependency}`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Dependency::Postgres => "postgres",
-            Dependency::Redis => "redis",
-        }
-    }
-
-    /// The dependency a transient error came from, if it says.
-    pub fn of(e: &Error) -> Option<Dependency> {
-        match e {
-            Error::Database(_) | Error::Migrate(_) => Some(Dependency::Postgres),
-            Error::Redis(_) | Error::Refused { .. } => Some(Dependency::Redis),
-            Error::Timeout { what, .. } if what.starts_with("postgres") => {
-                Some(Dependency::Postgres)
-            }
-            Error::Timeout { what, .. } if what.starts_with("redis") => Some(Dependency::Redis),
-            _ => None,
-        }
-    }
-}
+/// Panics in a row (with no batch completed in between) after which `/healthz` fails, so that
+/// Kubernetes restarts a process whose tasks keep dying although they are restarted.
+pub const PANIC_LIMIT: u64 = 3;
 
 #[derive(Debug, Default)]
-struct DepState {
+struct Episode {
     /// Starts false: nothing is "up" until it has answered once. Mirrors the state under
     /// `changes` for lock-free reads (readiness, `is_up`).
     up: AtomicBool,
@@ -60,23 +44,116 @@ struct DepState {
 struct Changes {
     /// When the current state (up, or down) began; None before the first report.
     since: Option<Instant>,
-    /// Failed tries in the current outage.
+    /// Failed tries in the current episode.
     failures: u64,
+    /// Why it is down (while down).
+    reason: Option<Reason>,
+    /// The last error of the episode, free of secrets.
+    error: String,
+}
+
+/// What a report changed.
+enum Change {
+    /// Nothing to say.
+    None,
+    /// First answer ever.
+    First,
+    /// Down after being up; or down from the start.
+    Began { was_up: bool },
+    /// Up after an episode.
+    Ended {
+        lasted: Duration,
+        failures: u64,
+        reason: Reason,
+    },
+}
+
+impl Episode {
+    fn ok_at(&self, sent: Instant) -> Change {
+        if self.up.load(Ordering::Acquire) {
+            return Change::None;
+        }
+        let mut c = self.changes.lock().expect("not poisoned");
+        if self.up.load(Ordering::Acquire) || c.since.is_some_and(|since| sent < since) {
+            return Change::None;
+        }
+        self.up.store(true, Ordering::Release);
+        let change = match c.since {
+            Some(since) => Change::Ended {
+                lasted: since.elapsed(),
+                failures: c.failures,
+                reason: c.reason.unwrap_or(Reason::Other),
+            },
+            None => Change::First,
+        };
+        c.since = Some(Instant::now());
+        c.failures = 0;
+        c.reason = None;
+        change
+    }
+
+    fn failed_at(&self, sent: Instant, reason: Reason, error: &dyn std::fmt::Display) -> Change {
+        let mut c = self.changes.lock().expect("not poisoned");
+        let was_up = self.up.load(Ordering::Acquire);
+        if !was_up && c.since.is_some() {
+            c.failures += 1;
+            c.reason = Some(reason);
+            c.error = redact::scrub(&error.to_string()).into_owned();
+            return Change::None;
+        }
+        if was_up && c.since.is_some_and(|since| sent < since) {
+            return Change::None;
+        }
+        self.up.store(false, Ordering::Release);
+        c.since = Some(Instant::now());
+        c.failures = 1;
+        c.reason = Some(reason);
+        c.error = redact::scrub(&error.to_string()).into_owned();
+        Change::Began { was_up }
+    }
+
+    fn is_up(&self) -> bool {
+        self.up.load(Ordering::Acquire)
+    }
+
+    /// `reason (error)` while down.
+    fn why(&self) -> String {
+        let c = self.changes.lock().expect("not poisoned");
+        match c.reason {
+            Some(r) if c.error.is_empty() => r.to_string(),
+            Some(r) => format!("{r} ({})", c.error),
+            None => "not checked yet".to_owned(),
+        }
+    }
 }
 
 /// Shared health state of one relay process.
 #[derive(Debug, Default)]
 pub struct Health {
-    postgres: DepState,
-    redis: DepState,
-    schema: AtomicBool,
+    postgres: Episode,
+    redis: Episode,
+    table: Episode,
+    table_name: TableName,
     heartbeat_ms: AtomicU64,
     /// Bumped on every recovery, so that workers backing off (up to 30 s) resume at once.
     recoveries: watch::Sender<u64>,
+    /// Whether batches are failing for a reason that is no dependency's state.
+    batches_failing: AtomicBool,
+    /// Panics since the last completed batch, and the last panic's message.
+    panics_in_a_row: AtomicU64,
+    last_panic: Mutex<String>,
 }
 
 impl Health {
-    fn dep(&self, d: Dependency) -> &DepState {
+    /// Health of a relay on `table` (named in the logs and `/readyz` when it is missing).
+    pub fn for_table(table: TableName) -> Self {
+        Health {
+            table_name: table,
+            ..Health::default()
+        }
+    }
+
+    fn dep(&self, d: Dependency) -> &Episode {
         match d {
             Dependency::Postgres => &self.postgres,
             Dependency::Redis => &self.redis,
@@ -94,96 +171,180 @@ impl Health {
     /// outage (a push that got through just before Redis died, reported after another worker
     /// saw it die), so it does not end it: the recovery is logged once, when it happens.
     pub fn ok_at(&self, d: Dependency, sent: Instant) {
-        let state = self.dep(d);
-        if state.up.load(Ordering::Acquire) {
-            return;
-        }
-        let mut changes = state.changes.lock().expect("not poisoned");
-        if state.up.load(Ordering::Acquire) || changes.since.is_some_and(|since| sent < since) {
-            return;
-        }
-        state.up.store(true, Ordering::Release);
-        metrics::up(d.as_str(), true);
-        match changes.since {
-            Some(since) => {
-                tracing::info!(
-                    dependency = d.as_str(),
-                    outage_seconds = since.elapsed().as_secs_f64(),
-                    failed_tries = changes.failures,
-                    "{} recovered",
-                    d.as_str()
-                );
-                self.recoveries.send_modify(|n| *n = n.wrapping_add(1));
+        let name = d.as_str();
+        match self.dep(d).ok_at(sent) {
+            Change::None | Change::Began { .. } => {}
+            Change::First => {
+                metrics::up(name, true);
+                tracing::info!(dependency = name, "{name} connected");
             }
-            None => tracing::info!(dependency = d.as_str(), "{} connected", d.as_str()),
+            Change::Ended {
+                lasted,
+                failures,
+                reason,
+            } => {
+                metrics::up(name, true);
+                tracing::info!(
+                    dependency = name,
+                    reason = reason.as_str(),
+                    outage_seconds = lasted.as_secs_f64(),
+                    failed_tries = failures,
+                    "{name} recovered"
+                );
+                self.recovered();
+            }
         }
-        changes.since = Some(Instant::now());
-        changes.failures = 0;
     }
 
-    /// Changes whenever a dependency recovers from an outage.
+    /// Records that `d` failed just now for `reason`. Logs the episode once, when it begins.
+    pub fn failed(&self, d: Dependency, reason: Reason, error: &dyn std::fmt::Display) {
+        self.failed_at(d, Instant::now(), reason, error);
+    }
+
+    /// Records that a request to `d` sent at `sent` failed for `reason` with `error`. Logs the
+    /// episode once, when it begins.
+    ///
+    /// A request sent before `d` last recovered (a push stuck in a stall that times out after
+    /// the probe saw the end of it) does not begin a new episode.
+    pub fn failed_at(
+        &self,
+        d: Dependency,
+        sent: Instant,
+        reason: Reason,
+        error: &dyn std::fmt::Display,
+    ) {
+        let name = d.as_str();
+        if let Change::Began { was_up } = self.dep(d).failed_at(sent, reason, error) {
+            metrics::up(name, false);
+            let error = redact::scrub(&error.to_string()).into_owned();
+            if was_up {
+                tracing::warn!(dependency = name, reason = reason.as_str(), error = %error,
+                    "{name} unavailable; retrying with backoff");
+            } else {
+                tracing::warn!(dependency = name, reason = reason.as_str(), error = %error,
+                    "{name} not reachable yet; retrying with backoff");
+            }
+        }
+    }
+
+    /// Records the failure of a step begun at `sent`: against the dependency and reason the
+    /// error names; the outbox table when it is missing; otherwise as a failing batch.
+    pub fn failed_with_at(&self, e: &Error, sent: Instant) {
+        let reason = e.reason();
+        match e.dependency() {
+            Some(Dependency::Postgres) if reason == Reason::TableMissing => {
+                self.ok_at(Dependency::Postgres, sent);
+                self.table_missing_at(sent, e);
+            }
+            Some(d) if reason != Reason::Other => self.failed_at(d, sent, reason, e),
+            _ => {
+                if !self.batches_failing.swap(true, Ordering::AcqRel) {
+                    tracing::warn!(error = %redact::scrub(&e.to_string()),
+                        "relay batches failing; retrying with backoff");
+                }
+            }
+        }
+    }
+
+    /// Records that the outbox table was found by a request sent at `sent`.
+    pub fn table_present_at(&self, sent: Instant) {
+        if let Change::Ended { lasted, .. } = self.table.ok_at(sent) {
+            tracing::info!(table = %self.table_name, outage_seconds = lasted.as_secs_f64(),
+                "outbox table {} present", self.table_name);
+            self.recovered();
+        }
+    }
+
+    /// Records that a request sent at `sent` found no outbox table (or schema, or database).
+    pub fn table_missing_at(&self, sent: Instant, error: &dyn std::fmt::Display) {
+        if let Change::Began { .. } = self.table.failed_at(sent, Reason::TableMissing, error) {
+            tracing::error!(table = %self.table_name, error = %redact::scrub(&error.to_string()),
+                "outbox table {} does not exist: run `jobrelay migrate` (checking again quietly)",
+                self.table_name);
+        }
+    }
+
+    /// A batch completed (whatever it found): ends a run of failing batches and of panics.
+    pub fn batch_completed(&self) {
+        self.panics_in_a_row.store(0, Ordering::Release);
+        if self.batches_failing.swap(false, Ordering::AcqRel) {
+            tracing::info!("relay batches succeed again");
+        }
+    }
+
+    /// Records that the task `task` panicked with `message` (it is being restarted).
+    pub fn panicked(&self, task: &str, message: &str) {
+        let n = self.panics_in_a_row.fetch_add(1, Ordering::AcqRel) + 1;
+        *self.last_panic.lock().expect("not poisoned") = format!("{task}: {message}");
+        metrics::task_panicked(task);
+        tracing::error!(task, panic = %message, panics_in_a_row = n,
+            "relay task panicked; its batch rolled back, restarting it");
+    }
+
+    fn recovered(&self) {
+        self.recoveries.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Changes whenever a dependency or the table recovers from an episode.
     pub fn recoveries(&self) -> watch::Receiver<u64> {
         self.recoveries.subscribe()
     }
 
-    /// Records that `d` failed just now with `error`. Logs the outage once, when it begins.
-    pub fn failed(&self, d: Dependency, error: &dyn std::fmt::Display) {
-        self.failed_at(d, Instant::now(), error);
-    }
-
-    /// Records that a request to `d` sent at `sent` failed with `error`. Logs the outage once,
-    /// when it begins.
-    ///
-    /// A request sent before `d` last recovered (a push stuck in a stall that times out after
-    /// the probe saw the end of it) does not begin a new outage.
-    pub fn failed_at(&self, d: Dependency, sent: Instant, error: &dyn std::fmt::Display) {
-        let state = self.dep(d);
-        let mut changes = state.changes.lock().expect("not poisoned");
-        let was_up = state.up.load(Ordering::Acquire);
-        if !was_up && changes.since.is_some() {
-            changes.failures += 1;
-            return;
-        }
-        if was_up && changes.since.is_some_and(|since| sent < since) {
-            return;
-        }
-        state.up.store(false, Ordering::Release);
-        metrics::up(d.as_str(), false);
-        changes.since = Some(Instant::now());
-        changes.failures = 1;
-        if was_up {
-            tracing::warn!(dependency = d.as_str(), error = %error,
-                "{} unavailable; retrying with backoff", d.as_str());
-        } else {
-            tracing::warn!(dependency = d.as_str(), error = %error,
-                "{} not reachable yet; retrying with backoff", d.as_str());
-        }
-    }
-
-    /// Records a transient error of a step begun at `sent` against the dependency it came from.
-    pub fn failed_with_at(&self, e: &Error, sent: Instant) {
-        if let Some(d) = Dependency::of(e) {
-            self.failed_at(d, sent, e);
-        } else {
-            tracing::warn!(error = %e, "relay step failed");
-        }
-    }
-
     /// Whether `d` answered last time it was asked.
     pub fn is_up(&self, d: Dependency) -> bool {
-        self.dep(d).up.load(Ordering::Acquire)
+        self.dep(d).is_up()
     }
 
-    /// Records whether the outbox table is present.
-    pub fn set_schema(&self, present: bool) {
-        self.schema.store(present, Ordering::Release);
+    /// Whether the outbox table was present last time it was looked for.
+    pub fn table_present(&self) -> bool {
+        self.table.is_up()
     }
 
-    /// Ready: Postgres and Redis reachable and the schema present.
+    /// Ready: Postgres and Redis reachable and writable, and the outbox table present.
     pub fn is_ready(&self) -> bool {
-        self.is_up(Dependency::Postgres)
-            && self.is_up(Dependency::Redis)
-            && self.schema.load(Ordering::Acquire)
+        self.is_up(Dependency::Postgres) && self.is_up(Dependency::Redis) && self.table_present()
+    }
+
+    /// `Ok` when ready, otherwise one line per thing that is not, naming its reason, e.g.
+    /// `redis: out of memory (OOM command not allowed ...)`.
+    pub fn readiness(&self) -> Result<(), Vec<String>> {
+        let mut why = Vec::new();
+        for d in [Dependency::Postgres, Dependency::Redis] {
+            if !self.is_up(d) {
+                why.push(format!("{}: {}", d.as_str(), self.dep(d).why()));
+            }
+        }
+        if self.is_up(Dependency::Postgres) && !self.table_present() {
+            why.push(format!(
+                "outbox table {}: {}; run `jobrelay migrate`",
+                self.table_name,
+                self.table.why()
+            ));
+        }
+        if why.is_empty() {
+            Ok(())
+        } else {
+            Err(why)
+        }
+    }
+
+    /// `Ok` while the relay's loops are alive: a worker looped within [`STALL_LIMIT`], and its
+    /// tasks did not panic [`PANIC_LIMIT`] times in a row without completing a batch.
+    pub fn liveness(&self) -> Result<(), String> {
+        let panics = self.panics_in_a_row.load(Ordering::Acquire);
+        if panics >= PANIC_LIMIT {
+            let last = self.last_panic.lock().expect("not poisoned").clone();
+            return Err(format!(
+                "relay tasks panicked {panics} times in a row, last: {last}"
+            ));
+        }
+        match self.since_heartbeat() {
+            Some(d) if d > STALL_LIMIT => Err(format!(
+                "relay loop stalled: no worker iteration for {}s",
+                d.as_secs()
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// A worker loop is alive: called once per iteration.
@@ -222,10 +383,11 @@ mod tests {
     fn reports_about_requests_older_than_the_state_change_are_ignored() {
         let h = Health::default();
         let d = Dependency::Redis;
+        let down = Reason::Unreachable;
         h.ok(d);
         assert!(h.is_up(d));
         let sent_before_outage = later();
-        h.failed_at(d, later(), &"down");
+        h.failed_at(d, later(), down, &"down");
         assert!(!h.is_up(d));
         // A push that got through just before the outage does not end it.
         h.ok_at(d, sent_before_outage);
@@ -234,9 +396,49 @@ mod tests {
         h.ok_at(d, later());
         assert!(h.is_up(d));
         // A push stuck during the outage that fails after the recovery does not begin another.
-        h.failed_at(d, sent_during_outage, &"timed out");
+        h.failed_at(d, sent_during_outage, Reason::Timeout, &"timed out");
         assert!(h.is_up(d));
-        h.failed_at(d, later(), &"down again");
+        h.failed_at(d, later(), down, &"down again");
         assert!(!h.is_up(d));
+    }
+
+    #[test]
+    fn readiness_names_each_reason() {
+        let h = Health::for_table(TableName::parse("app.outbox").unwrap());
+        h.ok(Dependency::Postgres);
+        h.failed(
+            Dependency::Redis,
+            Reason::OutOfMemory,
+            &"OOM command not allowed",
+        );
+        h.table_missing_at(Instant::now(), &"relation does not exist");
+        let why = h.readiness().unwrap_err();
+        assert_eq!(why.len(), 2, "{why:?}");
+        assert!(why[0].starts_with("redis: out of memory (OOM"), "{why:?}");
+        assert!(
+            why[1].contains("app.outbox") && why[1].contains("jobrelay migrate"),
+            "{why:?}"
+        );
+        // The reason follows the episode; the episode itself is not restarted.
+        h.failed(Dependency::Redis, Reason::ReadOnly, &"READONLY");
+        assert!(h.readiness().unwrap_err()[0].starts_with("redis: read-only replica"));
+        h.ok(Dependency::Redis);
+        h.table_present_at(later());
+        assert_eq!(h.readiness(), Ok(()));
+    }
+
+    #[test]
+    fn liveness_fails_after_panics_in_a_row_and_recovers_with_a_batch() {
+        let h = Health::default();
+        h.beat();
+        for _ in 0..PANIC_LIMIT - 1 {
+            h.panicked("worker", "boom");
+        }
+        assert_eq!(h.liveness(), Ok(()));
+        h.panicked("worker", "boom");
+        let e = h.liveness().unwrap_err();
+        assert!(e.contains("worker: boom"), "{e}");
+        h.batch_completed();
+        assert_eq!(h.liveness(), Ok(()));
     }
 }

@@ -14,6 +14,7 @@ pub mod queries;
 pub mod report;
 mod row;
 pub mod sink;
+pub mod supervise;
 pub mod sweep;
 pub mod wakeup;
 pub mod worker;
@@ -48,7 +49,8 @@ pub struct RelaySettings {
 /// Starts the notification listener and one worker per sink on `tracker`, until `shutdown`.
 ///
 /// Each worker finishes the batch in hand after `shutdown` fires, then stops. Wait for them
-/// with `tracker.close(); tracker.wait()`.
+/// with `tracker.close(); tracker.wait()`. Every task is [`supervise::supervised`]: one that
+/// panics is logged, counted and restarted.
 pub fn spawn<S: JobSink + 'static>(
     tracker: &TaskTracker,
     settings: &RelaySettings,
@@ -59,31 +61,61 @@ pub fn spawn<S: JobSink + 'static>(
 ) {
     let (wake_tx, wake_rx) = watch::channel(0u64);
     let activity = Arc::new(lease::Activity::default());
-    tracker.spawn(wakeup::listen(
-        pool.clone(),
-        settings.table.channel(),
-        wake_tx.clone(),
-        shutdown.clone(),
+    let (h, stop) = (health.clone(), shutdown.clone());
+    let (p, channel, tx) = (pool.clone(), settings.table.channel(), wake_tx.clone());
+    tracker.spawn(supervise::supervised(
+        "listener",
+        h,
+        stop.clone(),
+        move || wakeup::listen(p.clone(), channel.clone(), tx.clone(), stop.clone()),
     ));
-    tracker.spawn(lease::keep_awake(
-        pool.clone(),
-        settings.table.clone(),
-        activity.clone(),
-        wake_tx,
-        shutdown.clone(),
+    let (h, stop) = (health.clone(), shutdown.clone());
+    let (p, table, a) = (pool.clone(), settings.table.clone(), activity.clone());
+    tracker.spawn(supervise::supervised(
+        "wakeup",
+        h,
+        stop.clone(),
+        move || {
+            lease::keep_awake(
+                p.clone(),
+                table.clone(),
+                a.clone(),
+                wake_tx.clone(),
+                stop.clone(),
+            )
+        },
     ));
     let queries = Arc::new(Queries::new(&settings.table));
     let batch = Arc::new(settings.batch.clone());
     for sink in sinks {
-        let batcher = Batcher::new(pool.clone(), queries.clone(), batch.clone(), sink);
-        tracker.spawn(worker::work(
-            batcher,
-            settings.batch.batch_size,
-            settings.poll_interval,
-            wake_rx.clone(),
-            activity.clone(),
+        let batcher = Arc::new(Batcher::new(
+            pool.clone(),
+            queries.clone(),
+            batch.clone(),
+            sink,
+        ));
+        let (h, stop, wake, a) = (
             health.clone(),
             shutdown.clone(),
+            wake_rx.clone(),
+            activity.clone(),
+        );
+        let (batch_size, poll) = (settings.batch.batch_size, settings.poll_interval);
+        tracker.spawn(supervise::supervised(
+            "worker",
+            h.clone(),
+            stop.clone(),
+            move || {
+                worker::work(
+                    batcher.clone(),
+                    batch_size,
+                    poll,
+                    wake.clone(),
+                    a.clone(),
+                    h.clone(),
+                    stop.clone(),
+                )
+            },
         ));
     }
 }

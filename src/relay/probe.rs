@@ -1,4 +1,11 @@
-//! The daemon's probe task: keeps readiness and the backlog gauges current while workers idle.
+//! The dependency probe: one round of checks that `/readyz` (through the daemon's probe task)
+//! and `jobrelay check` both run, so the two cannot disagree.
+//!
+//! - Postgres: `SELECT 1 FROM <outbox> LIMIT 0` answers, and tells whether the table exists.
+//! - Redis: a write (`SET <ns>jobrelay:probe ... PX`) and `ROLE` = master. A `PING` is not
+//!   enough: a Redis at `maxmemory` (`OOM`) or a read-only replica answers it while it refuses
+//!   every push, and a probe that said "up" would end each outage the workers begin, logging
+//!   one outage and one recovery per second.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -7,102 +14,153 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::health::{Dependency, Health};
+use crate::error::{Error, Reason, Result};
 use crate::redis_conn::RedisConnection;
 use crate::table::TableName;
 use crate::telemetry::metrics;
 
-/// How often dependencies are pinged (readiness follows within about this much).
+/// How often the daemon probes (readiness follows within about this much).
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// How often the backlog gauges are sampled.
 pub const BACKLOG_INTERVAL: Duration = Duration::from_secs(5);
+/// Lifetime of the probe's key.
+const PROBE_KEY_TTL_MS: u64 = 10_000;
 
-/// Pings Postgres (and checks the outbox table exists) and Redis every [`PROBE_INTERVAL`],
-/// samples the backlog every [`BACKLOG_INTERVAL`], until `shutdown`.
-pub async fn probe(
-    pool: PgPool,
-    redis: redis::Client,
-    table: TableName,
-    health: Arc<Health>,
-    shutdown: CancellationToken,
-) {
-    let schema_sql = format!("SELECT 1 FROM {} LIMIT 0", table.pending());
-    let backlog_sql = format!(
-        "SELECT (SELECT count(*) FROM {t}),
-                (SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at))::float8, 0) FROM {t}),
-                (SELECT count(*) FROM {d})",
-        t = table.pending(),
-        d = table.dead()
-    );
-    let mut last_backlog: Option<Instant> = None;
-    let mut con: Option<RedisConnection> = None;
-    let mut ticker = tokio::time::interval(PROBE_INTERVAL);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = ticker.tick() => {}
+/// What one round of checks found.
+#[derive(Debug)]
+pub struct Findings {
+    /// When the Postgres check was sent.
+    pub postgres_sent: Instant,
+    /// Postgres answered (`Ok(true)`: the table exists; `Ok(false)`: it does not), or why not.
+    pub postgres: Result<bool>,
+    /// When the Redis check was sent.
+    pub redis_sent: Instant,
+    /// Redis took a write as a master, or why not.
+    pub redis: Result<()>,
+}
+
+impl Findings {
+    /// Reports the findings to `health` (which logs episodes once).
+    pub fn report(&self, health: &Health) {
+        match &self.postgres {
+            Ok(present) => {
+                health.ok_at(Dependency::Postgres, self.postgres_sent);
+                if *present {
+                    health.table_present_at(self.postgres_sent);
+                } else {
+                    health.table_missing_at(self.postgres_sent, &"relation does not exist");
+                }
+            }
+            Err(e) => health.failed_with_at(e, self.postgres_sent),
         }
-        // One round of checks; shutdown does not wait for a ping to a dependency that hangs.
-        let round = async {
-            let sent = Instant::now();
-            let pg =
-                tokio::time::timeout(PROBE_INTERVAL, sqlx::query(&schema_sql).execute(&pool)).await;
-            match pg {
-                Ok(Ok(_)) => {
-                    health.ok_at(Dependency::Postgres, sent);
-                    health.set_schema(true);
-                }
-                Ok(Err(sqlx::Error::Database(e))) if e.code().as_deref() == Some("42P01") => {
-                    health.ok_at(Dependency::Postgres, sent);
-                    health.set_schema(false);
-                    tracing::debug!(table = %table, "outbox table missing: run `jobrelay migrate`");
-                }
-                Ok(Err(e)) => health.failed_at(Dependency::Postgres, sent, &e),
-                Err(_) => health.failed_at(Dependency::Postgres, sent, &"ping timed out"),
-            }
-            let sent = Instant::now();
-            // Connected lazily (and kept): the probe runs from the start, Redis up or not.
-            if con.is_none() {
-                match crate::redis_conn::connect(&redis, PROBE_INTERVAL).await {
-                    Ok(c) => con = Some(c),
-                    Err(e) => health.failed_at(Dependency::Redis, sent, &e),
-                }
-            }
-            if let Some(c) = con.as_mut() {
-                match tokio::time::timeout(PROBE_INTERVAL, writable(c)).await {
-                    Ok(Ok(())) => health.ok_at(Dependency::Redis, sent),
-                    Ok(Err(e)) => health.failed_at(Dependency::Redis, sent, &e),
-                    Err(_) => health.failed_at(Dependency::Redis, sent, &"ping timed out"),
-                }
-            }
-            if health.is_up(Dependency::Postgres)
-                && last_backlog.is_none_or(|t| t.elapsed() >= BACKLOG_INTERVAL)
-            {
-                last_backlog = Some(Instant::now());
-                let sample = tokio::time::timeout(
-                    BACKLOG_INTERVAL,
-                    sqlx::query_as::<_, (i64, f64, i64)>(&backlog_sql).fetch_one(&pool),
-                )
-                .await;
-                if let Ok(Ok((pending, oldest, dead))) = sample {
-                    metrics::backlog(pending, oldest, dead);
-                }
-            }
-        };
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            () = round => {}
+        match &self.redis {
+            Ok(()) => health.ok_at(Dependency::Redis, self.redis_sent),
+            Err(e) => health.failed_with_at(e, self.redis_sent),
         }
     }
 }
 
-/// Whether Redis would take the relay's writes: it answers `PING` (refused while it is
-/// `LOADING`, or `MASTERDOWN` on a stale replica) and `ROLE` says master. A read-only replica
-/// answers `PING` but refuses every push with `READONLY`; reporting it as up would make the
-/// probe and the workers log an outage and a recovery every second.
-async fn writable(con: &mut RedisConnection) -> redis::RedisResult<()> {
-    let (_pong, role): (String, Vec<redis::Value>) = redis::pipe()
-        .cmd("PING")
+/// The checks, with the Redis connection they keep between rounds.
+pub struct Probe {
+    pool: PgPool,
+    redis: redis::Client,
+    con: Option<RedisConnection>,
+    table_sql: String,
+    probe_key: String,
+    timeout: Duration,
+}
+
+impl Probe {
+    /// A probe of `table` on `pool` and of Redis through `redis`, writing its key under
+    /// `namespace`; each check is bounded by `timeout`.
+    pub fn new(
+        pool: PgPool,
+        redis: redis::Client,
+        table: &TableName,
+        namespace: &str,
+        timeout: Duration,
+    ) -> Self {
+        Probe {
+            pool,
+            redis,
+            con: None,
+            table_sql: format!("SELECT 1 FROM {} LIMIT 0", table.pending()),
+            probe_key: format!("{namespace}jobrelay:probe"),
+            timeout,
+        }
+    }
+
+    /// One round of checks.
+    pub async fn run_once(&mut self) -> Findings {
+        let postgres_sent = Instant::now();
+        let postgres = match tokio::time::timeout(
+            self.timeout,
+            sqlx::query(&self.table_sql).execute(&self.pool),
+        )
+        .await
+        {
+            Err(_) => Err(Error::Timeout {
+                what: "postgres probe",
+                after: self.timeout,
+            }),
+            Ok(Ok(_)) => Ok(true),
+            Ok(Err(e)) => {
+                let e = Error::Database(e);
+                if e.reason() == Reason::TableMissing && missing_relation(&e) {
+                    Ok(false)
+                } else {
+                    Err(e)
+                }
+            }
+        };
+        let redis_sent = Instant::now();
+        let redis = self.redis_writable().await;
+        Findings {
+            postgres_sent,
+            postgres,
+            redis_sent,
+            redis,
+        }
+    }
+
+    async fn redis_writable(&mut self) -> Result<()> {
+        let timeout = self.timeout;
+        let timed_out = || Error::Timeout {
+            what: "redis probe",
+            after: timeout,
+        };
+        // Connected lazily (and kept): the probe runs from the start, Redis up or not.
+        if self.con.is_none() {
+            let con =
+                tokio::time::timeout(timeout, crate::redis_conn::connect(&self.redis, timeout))
+                    .await
+                    .map_err(|_| timed_out())??;
+            self.con = Some(con);
+        }
+        let con = self.con.as_mut().expect("connected above");
+        tokio::time::timeout(timeout, writable(con, &self.probe_key))
+            .await
+            .map_err(|_| timed_out())?
+            .map_err(Error::Redis)
+    }
+}
+
+/// Whether the error says the relation itself is missing (not the schema or the database,
+/// which are as much a reason not to be ready but are reported as Postgres failures).
+fn missing_relation(e: &Error) -> bool {
+    matches!(e, Error::Database(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42P01"))
+}
+
+/// Whether Redis takes the relay's writes: a `SET` with a short TTL succeeds (refused with
+/// `OOM` at `maxmemory`, `READONLY` on a replica, `LOADING`, `MASTERDOWN`, `NOPERM`, ...)
+/// and `ROLE` says master (a replica with `replica-read-only no` takes writes it will lose).
+async fn writable(con: &mut RedisConnection, key: &str) -> redis::RedisResult<()> {
+    let ((), role): ((), Vec<redis::Value>) = redis::pipe()
+        .cmd("SET")
+        .arg(key)
+        .arg(std::process::id())
+        .arg("PX")
+        .arg(PROBE_KEY_TTL_MS)
         .cmd("ROLE")
         .query_async(con)
         .await?;
@@ -116,5 +174,53 @@ async fn writable(con: &mut RedisConnection) -> redis::RedisResult<()> {
             "not a master: writes are refused",
             format!("ROLE answered {other:?}"),
         ))),
+    }
+}
+
+/// The daemon's probe task: runs the [`Probe`] every [`PROBE_INTERVAL`] and reports to
+/// `health`; samples the backlog every [`BACKLOG_INTERVAL`], until `shutdown`.
+pub async fn probe(
+    mut probe: Probe,
+    table: TableName,
+    health: Arc<Health>,
+    shutdown: CancellationToken,
+) {
+    let backlog_sql = format!(
+        "SELECT (SELECT count(*) FROM {t}),
+                (SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at))::float8, 0) FROM {t}),
+                (SELECT count(*) FROM {d})",
+        t = table.pending(),
+        d = table.dead()
+    );
+    let mut last_backlog: Option<Instant> = None;
+    let mut ticker = tokio::time::interval(PROBE_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        // One round of checks; shutdown does not wait for a ping to a dependency that hangs.
+        let round = async {
+            probe.run_once().await.report(&health);
+            if health.is_up(Dependency::Postgres)
+                && health.table_present()
+                && last_backlog.is_none_or(|t| t.elapsed() >= BACKLOG_INTERVAL)
+            {
+                last_backlog = Some(Instant::now());
+                let sample = tokio::time::timeout(
+                    BACKLOG_INTERVAL,
+                    sqlx::query_as::<_, (i64, f64, i64)>(&backlog_sql).fetch_one(&probe.pool),
+                )
+                .await;
+                if let Ok(Ok((pending, oldest, dead))) = sample {
+                    metrics::backlog(pending, oldest, dead);
+                }
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            () = round => {}
+        }
     }
 }

@@ -17,13 +17,21 @@ const UNNEST_SELECT: &str = "u.id, u.uuid, u.queue, u.job_type, u.payload, u.par
                              u.created_at, u.attempts, now() + u.delay * interval '1 second', \
                              u.last_error";
 
+/// What a claimed row is counted as besides its payload, against the batch's byte cap: the
+/// other columns, the keys and route the script call carries for it (an estimate).
+pub const ROW_OVERHEAD_BYTES: i64 = 200;
+
 /// SQL statements for one outbox table.
 #[derive(Debug, Clone)]
 pub struct Queries {
-    /// Claims and deletes up to `$1` claimable rows in `id` order, skipping locked ones; when
-    /// `$2` (seconds) is not null, only rows created at least that long ago. The delete only
-    /// becomes visible at commit, which the relay issues after Redis acknowledged the jobs;
-    /// until then the rows stay locked, and a rollback brings them back untouched.
+    /// Claims and deletes claimable rows in `id` order, skipping locked ones: at most `$1`
+    /// rows and, past the first row, at most `$3` bytes (payloads plus
+    /// [`ROW_OVERHEAD_BYTES`] a row); when `$2` (seconds) is not null, only rows created at
+    /// least that long ago. A row whose payload is over `$4` bytes (`--max-job-size`) is moved
+    /// to the dead-letter table by the same statement, without its payload ever leaving
+    /// Postgres: it comes back with an empty payload and the 13th column `true`. The delete
+    /// only becomes visible at commit, which the relay issues after Redis acknowledged the
+    /// jobs; until then the rows stay locked, and a rollback brings them back untouched.
     pub claim: String,
     /// Puts refused rows back with their new attempts, delay and error.
     pub retry: String,
@@ -42,19 +50,44 @@ impl Queries {
             // half the statement's time for 1,000 rows). A locked row cannot move before the
             // delete; a row that another transaction updated after this statement's snapshot
             // is locked but not deleted, hence not returned, hence not pushed: it is claimed
-            // again later. Rows come back in physical order; the relay sorts them by `id`.
-            // `PendingRow` decodes the RETURNING list by position: keep the two in step.
+            // again later. Rows locked beyond the byte cap stay locked, untouched, until the
+            // commit. `octet_length` of a stored payload reads its length, not its bytes.
+            // Rows come back in physical order; the relay sorts them by `id`.
+            // `ClaimedRow` decodes the final SELECT list by position: keep the two in step.
             claim: format!(
-                "DELETE FROM {t}
-                 WHERE ctid = ANY(ARRAY(
-                     SELECT ctid FROM {t}
+                "WITH locked AS (
+                     SELECT ctid, id, octet_length(payload) AS size FROM {t}
                      WHERE available_at <= now()
                        AND ($2::float8 IS NULL OR created_at <= now() - $2 * interval '1 second')
                      ORDER BY id
                      LIMIT $1
-                     FOR UPDATE SKIP LOCKED))
-                 RETURNING id, uuid, queue, job_type, payload, parent_uuid, predecessor_uuid,
-                           dead_parent, run_at, headers::text AS headers, created_at, attempts"
+                     FOR UPDATE SKIP LOCKED
+                 ), taken AS (
+                     SELECT ctid FROM (
+                         SELECT ctid, row_number() OVER w AS n,
+                                sum(CASE WHEN size > $4::int8 THEN 0 ELSE size END
+                                    + {ROW_OVERHEAD_BYTES}) OVER w AS running
+                         FROM locked WINDOW w AS (ORDER BY id)) s
+                     WHERE n = 1 OR running <= $3::int8
+                 ), claimed AS (
+                     DELETE FROM {t} WHERE ctid = ANY(ARRAY(SELECT ctid FROM taken))
+                     RETURNING id, uuid, queue, job_type, payload, parent_uuid,
+                               predecessor_uuid, dead_parent, run_at, headers, created_at,
+                               attempts, available_at
+                 ), buried AS (
+                     INSERT INTO {d} ({ROW_COLUMNS})
+                     SELECT id, uuid, queue, job_type, payload, parent_uuid, predecessor_uuid,
+                            dead_parent, run_at, headers, created_at, attempts + 1, available_at,
+                            format('job too large: payload of %s bytes, over --max-job-size (%s bytes)',
+                                   octet_length(payload), $4::int8)
+                     FROM claimed WHERE octet_length(payload) > $4::int8
+                 )
+                 SELECT id, uuid, queue, job_type,
+                        CASE WHEN octet_length(payload) > $4::int8 THEN ''::bytea ELSE payload END,
+                        parent_uuid, predecessor_uuid, dead_parent, run_at,
+                        headers::text AS headers, created_at, attempts,
+                        octet_length(payload) > $4::int8 AS buried
+                 FROM claimed"
             ),
             retry: format!("INSERT INTO {t} ({ROW_COLUMNS}) SELECT {UNNEST_SELECT} FROM {UNNEST}"),
             dead_letter: format!(

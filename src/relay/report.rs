@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::enqueue::Outcome;
+use crate::error::{Dependency, Reason};
 
 /// Counts of one or more batches.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -19,8 +20,31 @@ pub struct Report {
     pub invalid: u64,
     /// Rows moved to the dead-letter table.
     pub dead_lettered: u64,
+    /// Rows whose push Redis did not acknowledge while it acknowledged others of the batch:
+    /// kept untouched (attempts unchanged) for the next batch.
+    pub kept: u64,
+    /// Why some rows were kept: the failure that interrupted the push. The batch committed
+    /// what Redis acknowledged; the relay backs off as after a transient failure.
+    pub interrupted: Option<Interruption>,
     /// Where the time went (summed over batches): for benchmarks and profiling.
     pub stages: StageTimes,
+}
+
+/// A transient failure in the middle of a batch's push.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interruption {
+    /// The dependency that failed.
+    pub dependency: Dependency,
+    /// Why.
+    pub reason: Reason,
+    /// The error, as text.
+    pub error: String,
+}
+
+impl fmt::Display for Interruption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.error)
+    }
 }
 
 /// Time spent per stage of a batch.
@@ -63,6 +87,10 @@ impl Report {
         self.refused += other.refused;
         self.invalid += other.invalid;
         self.dead_lettered += other.dead_lettered;
+        self.kept += other.kept;
+        if other.interrupted.is_some() {
+            self.interrupted.clone_from(&other.interrupted);
+        }
         self.stages.begin += other.stages.begin;
         self.stages.claim += other.stages.claim;
         self.stages.push += other.stages.push;
@@ -87,6 +115,10 @@ impl fmt::Display for Report {
             " failed={} dead_lettered={}",
             self.failed(),
             self.dead_lettered
-        )
+        )?;
+        if self.kept > 0 {
+            write!(f, " kept={}", self.kept)?;
+        }
+        Ok(())
     }
 }

@@ -24,6 +24,22 @@ pub async fn sweep<S: JobSink>(
     let mut backoff = Backoff::transient();
     loop {
         match batcher.run_once(Some(older_than)).await {
+            Ok(report) if report.interrupted.is_some() => {
+                // Part of the batch landed (committed), the rest was kept: ride it out.
+                total.add(&report);
+                if backoff.failures() >= SWEEP_RETRIES {
+                    let cut = report.interrupted.expect("checked");
+                    let e = crate::error::Error::Unacknowledged {
+                        uuid: uuid::Uuid::nil(),
+                        reason: cut.reason,
+                        message: cut.error,
+                    };
+                    return (total, Err(e));
+                }
+                let delay = backoff.next_delay();
+                tracing::warn!(kept = report.kept, retry_in = ?delay, "sweep batch partly acknowledged; retrying the rest");
+                tokio::time::sleep(delay).await;
+            }
             Ok(report) => {
                 backoff.reset();
                 total.add(&report);

@@ -11,13 +11,14 @@ use super::health::{Dependency, Health};
 use super::lease::Activity;
 use super::sink::JobSink;
 use crate::backoff::Backoff;
+use crate::telemetry::redact;
 
 /// Repeats batches until `shutdown`: a full batch loops at once; otherwise the worker waits for
 /// a wake-up or `poll_interval`. A transient failure backs off (100 ms doubling to 30 s, with
 /// jitter), cut short when [`Health`] sees a dependency recover. The batch in hand when
 /// `shutdown` fires is finished, not abandoned.
 pub async fn work<S: JobSink>(
-    batcher: Batcher<S>,
+    batcher: Arc<Batcher<S>>,
     batch_size: usize,
     poll_interval: Duration,
     mut wake: watch::Receiver<u64>,
@@ -34,23 +35,36 @@ pub async fn work<S: JobSink>(
         let started = Instant::now();
         let idle_wait = match batcher.run_once(None).await {
             Ok(report) => {
-                backoff.reset();
+                health.batch_completed();
                 if report.claimed > 0 {
                     activity.mark();
                 }
                 health.ok_at(Dependency::Postgres, started);
+                health.table_present_at(started);
                 if report.delivered() > 0 {
                     health.ok_at(Dependency::Redis, started);
                 }
-                if report.claimed as usize >= batch_size {
-                    continue;
+                if let Some(cut) = &report.interrupted {
+                    // Redis acknowledged part of the batch (committed) and failed the rest
+                    // (kept): an outage like any other for the rows behind.
+                    health.failed_at(cut.dependency, started, cut.reason, cut);
+                    let delay = backoff.next_delay();
+                    tracing::debug!(error = %cut, kept = report.kept, retry_in = ?delay,
+                        "batch partly acknowledged; the rest kept; backing off");
+                    delay
+                } else {
+                    backoff.reset();
+                    if report.claimed as usize >= batch_size {
+                        continue;
+                    }
+                    poll_interval
                 }
-                poll_interval
             }
             Err(e) => {
                 health.failed_with_at(&e, started);
                 let delay = backoff.next_delay();
-                tracing::debug!(error = %e, retry_in = ?delay, "batch rolled back; backing off");
+                tracing::debug!(error = %redact::scrub(&e.to_string()), retry_in = ?delay,
+                    "batch rolled back; backing off");
                 delay
             }
         };

@@ -35,7 +35,7 @@ pub fn init(format: LogFormat) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(ScrubbingStderr);
-    let _ = match format {
+    let installed = match format {
         LogFormat::Text => builder.with_target(false).try_init(),
         LogFormat::Json => builder
             .json()
@@ -43,6 +43,17 @@ pub fn init(format: LogFormat) {
             .with_current_span(false)
             .try_init(),
     };
+    if installed.is_ok() {
+        // A panic is one log line in the chosen format, not raw text on stderr.
+        std::panic::set_hook(Box::new(|info| {
+            let message = crate::relay::supervise::panic_message(info.payload());
+            let location = info
+                .location()
+                .map(|l| format!("{}:{}", l.file(), l.line()))
+                .unwrap_or_default();
+            tracing::error!(panic = %scrub(&message), location, "panic");
+        }));
+    }
 }
 
 /// Stderr, with secrets scrubbed from every write (the formatter writes one event per call).

@@ -27,6 +27,9 @@ pub const OLDEST_PENDING_AGE: &str = "jobrelay_oldest_pending_age_seconds";
 pub const UP: &str = "jobrelay_up";
 /// Gauge: rows in the dead-letter table.
 pub const DEAD_JOBS: &str = "jobrelay_dead_jobs";
+/// Counter, label `task` (`worker`, `probe`, `listener`, `wakeup`): panics caught in the
+/// relay's tasks, each followed by a restart of the task.
+pub const TASK_PANICS: &str = "jobrelay_task_panics_total";
 
 /// Registers help texts. Call once after installing a recorder.
 pub fn describe() {
@@ -58,6 +61,10 @@ pub fn describe() {
     );
     describe_gauge!(UP, "1 when the dependency is reachable, else 0");
     describe_gauge!(DEAD_JOBS, "Rows in the dead-letter table");
+    describe_counter!(
+        TASK_PANICS,
+        "Panics caught in the relay's tasks (each restarted), by task"
+    );
     // Make every series visible from the first scrape, at zero.
     for o in Outcome::ALL {
         metrics::counter!(JOBS_RELAYED, "outcome" => o.as_str()).increment(0);
@@ -70,6 +77,7 @@ pub fn describe() {
         metrics::counter!(JOB_FAILURES, "kind" => k.as_str()).increment(0);
     }
     metrics::counter!(JOBS_DEAD_LETTERED).increment(0);
+    metrics::counter!(TASK_PANICS, "task" => "worker").increment(0);
     // A registered histogram renders (with zero counts) before its first sample.
     let _ = metrics::histogram!(BATCH_DURATION);
     let _ = metrics::histogram!(RELAY_LAG);
@@ -163,4 +171,9 @@ pub fn backlog(pending: i64, oldest_age_seconds: f64, dead: i64) {
 /// Sets `jobrelay_up{dependency}`.
 pub fn up(dependency: &'static str, up: bool) {
     metrics::gauge!(UP, "dependency" => dependency).set(if up { 1.0 } else { 0.0 });
+}
+
+/// Counts one panic of a relay task.
+pub fn task_panicked(task: &str) {
+    metrics::counter!(TASK_PANICS, "task" => task.to_owned()).increment(1);
 }
