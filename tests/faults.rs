@@ -1375,3 +1375,125 @@ async fn status_and_dead_letter_commands_end_to_end(pool: PgPool) {
     let (code, _, err) = run_relay(&["dead-letter", "purge"], &[("DATABASE_URL", &db)]).await;
     assert_eq!(code, 2, "{err}");
 }
+
+/// `used_memory` of a Redis, from `INFO memory`.
+async fn used_memory(url: &str) -> i64 {
+    let mut con = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("INFO memory has used_memory")
+}
+
+/// A Redis at `maxmemory` (noeviction) for 2.5 x `--dedup-ttl`, reached in the middle of a
+/// batch: the script calls Redis acknowledged before the OOM are committed (their rows
+/// deleted), the rest kept with attempts untouched; when the markers of the acknowledged jobs
+/// have expired and the limit is lifted, every job is in Redis exactly once (list entries
+/// counted, not markers), nothing is dead-lettered, and the outage is logged once, with its
+/// reason, although the probe and the workers were refused all along.
+#[sqlx::test]
+async fn acknowledged_pushes_survive_an_oom_outage_longer_than_the_dedup_ttl(pool: PgPool) {
+    const ROWS: i64 = 20_000;
+    const TTL_SECONDS: u64 = 32; // the least --dedup-ttl allows with --push-timeout 1s
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let ns = Namespace::on(&url);
+    let db = database_url_of(&pool).await;
+    // 1 KiB payloads: one script call (1,000 jobs) needs over 1 MiB of Redis memory.
+    sqlx::query(
+        "INSERT INTO pending_jobs (queue, job_type, payload)
+         SELECT 'default', 'Bulk', convert_to(rpad(i::text, 1024, 'x'), 'UTF8')
+         FROM generate_series(1, $1) AS i",
+    )
+    .bind(ROWS)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let inserted = pending_uuids(&pool).await;
+    // Room for about one call (its request, over 1 MiB, counts while Redis reads it; its
+    // writes take over 2 MiB): the first call lands, the next is refused with OOM.
+    let room = used_memory(&url).await + 5 * 512 * 1024;
+    redis_cmd(&url, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]).await;
+    redis_cmd(&url, &["CONFIG", "SET", "maxmemory", &room.to_string()]).await;
+    let mut logs = Logs::new();
+    let ttl = format!("{TTL_SECONDS}s");
+    let mut relay = logs.start(
+        &db,
+        &url,
+        &ns,
+        &["--dedup-ttl", &ttl, "--push-timeout", "1s"],
+    );
+
+    let files = logs.files();
+    let oom_logged = |files: Vec<PathBuf>| async move {
+        log_lines(&files).iter().any(|l| {
+            message(l) == "redis unavailable; retrying with backoff"
+                && l["reason"] == "out of memory"
+        })
+    };
+    wait_until("an OOM outage logged", Duration::from_secs(60), || {
+        oom_logged(files.clone())
+    })
+    .await;
+    // Hold Redis full: every write is refused while the acknowledged jobs' markers expire.
+    redis_cmd(&url, &["CONFIG", "SET", "maxmemory", "1"]).await;
+    let landed = ns.llen("queue:default").await as i64;
+    println!("{landed} jobs landed before the OOM");
+    assert!(
+        (1_000..ROWS).contains(&landed),
+        "{landed} jobs landed before the OOM"
+    );
+    // Not synchronisation: the outage must outlast the markers (the scenario).
+    tokio::time::sleep(Duration::from_secs(TTL_SECONDS * 5 / 2)).await;
+    assert_eq!(
+        ns.marker_count().await,
+        0,
+        "the markers expired during the outage"
+    );
+    assert_eq!(
+        pending_count(&pool).await,
+        ROWS - landed,
+        "acknowledged rows deleted, the rest kept"
+    );
+    assert_eq!(
+        max_attempts_pending(&pool).await,
+        0,
+        "OOM counted no attempt"
+    );
+
+    redis_cmd(&url, &["CONFIG", "SET", "maxmemory", "0"]).await;
+    wait_drained_to(&pool, 0).await;
+    let (code, _) = relay.terminate(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0));
+    let in_redis = list_uuids(&ns, "queue:default").await;
+    assert_eq!(
+        in_redis.len() as i64,
+        ROWS,
+        "list entries, not only markers"
+    );
+    let t = tally(&inserted, &in_redis, &HashSet::new());
+    t.assert_exactly_once();
+    assert_eq!(dead_count(&pool).await, 0);
+    let lines = log_lines(&logs.files());
+    print_health(&lines);
+    assert_eq!(
+        count_message(&lines, "redis unavailable; retrying with backoff"),
+        1
+    );
+    assert_eq!(count_message(&lines, "redis recovered"), 1);
+    figures(
+        "oom_longer_than_dedup_ttl",
+        t.relayed,
+        Batches::of(&lines).duplicates,
+        t.lost.len(),
+    );
+}
