@@ -250,10 +250,67 @@ async fn bad_configuration_exits_2_with_one_line() {
         assert_eq!(err.lines().count(), 1, "one line: {err}");
         assert!(err.contains(culprit), "names {culprit}: {err}");
     }
-    // A flag clap does not know is a usage error: exit 2 too.
-    let (code, _, err) = common::run_relay(&["--no-such-flag"], &[]).await;
-    assert_eq!(code, 2);
-    assert!(err.contains("--no-such-flag"), "{err}");
+    // The byte options: sizes with units, and a job limit above the batch cap is refused.
+    for (args, culprit) in [
+        (vec!["--batch-max-bytes", "lots"], "--batch-max-bytes"),
+        (vec!["--max-job-size", "1"], "--max-job-size"),
+        (
+            vec!["--batch-max-bytes", "1mb", "--max-job-size", "2mb"],
+            "--max-job-size",
+        ),
+    ] {
+        let (code, out, err) = common::run_relay(&args, &[]).await;
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(err.contains(culprit), "names {culprit}: {err}");
+    }
+}
+
+/// Every usage error of the argument parser is one line naming the flag, exit 2; `--help` and
+/// `--version` keep their output and exit 0.
+#[tokio::test]
+async fn usage_errors_are_one_line_naming_the_flag() {
+    for (args, culprit) in [
+        (vec!["--no-such-flag"], "--no-such-flag"),
+        (vec!["--batch-size"], "--batch-size"),
+        (vec!["status", "--jsn"], "--jsn"),
+        (vec!["no-such-command"], "no-such-command"),
+        (vec!["dead-letter", "purge"], "--id"),
+        (vec!["dead-letter", "requeue", "--id"], "--id"),
+        (vec!["--older-than", "1s"], "--sweep"),
+    ] {
+        let (code, out, err) = common::run_relay(&args, &[]).await;
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert_eq!(out, "", "{args:?}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(err.starts_with("jobrelay: "), "{err}");
+        assert!(err.contains(culprit), "{args:?}: names {culprit}: {err}");
+    }
+    let (code, out, _) = common::run_relay(&["--help"], &[]).await;
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("Usage:") && out.contains("--batch-max-bytes"),
+        "{out}"
+    );
+    let (code, out, _) = common::run_relay(&["--version"], &[]).await;
+    assert_eq!(code, 0);
+    assert_eq!(
+        out.trim(),
+        format!("jobrelay {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn byte_sizes_read_like_redis_sizes() {
+    use jobrelay::config::parse_byte_size;
+    assert_eq!(parse_byte_size("1048576"), Ok(1 << 20));
+    assert_eq!(parse_byte_size("1mb"), Ok(1 << 20));
+    assert_eq!(parse_byte_size("16MiB"), Ok(16 << 20));
+    assert_eq!(parse_byte_size("512k"), Ok(512 << 10));
+    assert_eq!(parse_byte_size(" 2 GB "), Ok(2 << 30));
+    for bad in ["", "mb", "1.5mb", "-1", "1tb", "99999999999999999999"] {
+        assert!(parse_byte_size(bad).is_err(), "{bad:?}");
+    }
 }
 
 /// A password inside DATABASE_URL or REDIS_URL appears in no output, even when the

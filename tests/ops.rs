@@ -1227,14 +1227,176 @@ async fn check_reports_the_schema_version_and_each_service(pool: PgPool) {
         "{out}"
     );
 
-    // A renamed outbox table is reported unusable.
+    // A renamed outbox table is reported missing, by name.
     let (code, out, _) = run_relay(
         &["check", "--table", "no_such_outbox"],
         &[("DATABASE_URL", &db), ("REDIS_URL", &redis)],
     )
     .await;
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("unusable"), "{out}");
+    assert!(
+        out.contains("table missing: no_such_outbox does not exist (run `jobrelay migrate`)"),
+        "{out}"
+    );
+}
+
+/// `check` runs the probe of `/readyz`: a Redis that answers PING but refuses writes fails it,
+/// with the reason named (a read-only replica, a Redis at maxmemory).
+#[sqlx::test]
+async fn check_names_why_redis_refuses_writes(pool: PgPool) {
+    let db = database_url_of(&pool).await;
+    let redis = RedisServer::start();
+    let env = [("DATABASE_URL", db.as_str()), ("REDIS_URL", &redis.url())];
+    let set = |args: &'static [&'static str]| {
+        let url = redis.url();
+        async move {
+            let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+            let mut cmd = redis::cmd(args[0]);
+            cmd.arg(&args[1..]);
+            let _: redis::Value = cmd.query(&mut con).unwrap();
+        }
+    };
+    let (code, out, _) = run_relay(&["check"], &env).await;
+    assert_eq!(code, 0, "{out}");
+
+    let dead_master = free_port().to_string();
+    let mut con = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(&dead_master)
+        .query(&mut con)
+        .unwrap();
+    let (code, out, _) = run_relay(&["check"], &env).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("redis: read-only replica: "), "{out}");
+
+    set(&["REPLICAOF", "NO", "ONE"]).await;
+    set(&["CONFIG", "SET", "maxmemory", "1"]).await;
+    let (code, out, _) = run_relay(&["check"], &env).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("redis: out of memory: "), "{out}");
+    assert!(out.contains("postgres: ok"), "{out}");
+}
+
+/// A daemon pointed at a table that does not exist says so once, naming the table and
+/// `jobrelay migrate`; /readyz is 503 with that reason; it re-checks quietly, and relays as
+/// soon as the table appears.
+#[sqlx::test]
+async fn a_missing_table_is_one_line_and_a_named_readiness_reason(pool: PgPool) {
+    let db = database_url_of(&pool).await;
+    let ns = Namespace::new();
+    let env = [
+        ("DATABASE_URL", db.as_str()),
+        ("REDIS_URL", &ns.url),
+        ("JOBRELAY_NAMESPACE", &ns.prefix),
+        ("JOBRELAY_TABLE", "late_outbox"),
+    ];
+    let mut d = Daemon::start(&[], &env);
+    let port = d.port;
+    wait_until(
+        "/readyz names the missing table",
+        Duration::from_secs(15),
+        || async move {
+            matches!(http_get(port, "/readyz").await,
+            Ok((503, body)) if body.contains("late_outbox") && body.contains("jobrelay migrate"))
+        },
+    )
+    .await;
+    // Not synchronisation: the episode lasts a few probe periods and worker backoffs.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let missing =
+        "outbox table late_outbox does not exist: run `jobrelay migrate` (checking again quietly)";
+    assert_eq!(d.events_with(missing).len(), 1, "{}", d.logs());
+    assert_eq!(d.events_with(missing)[0]["table"], "late_outbox");
+    assert_eq!(d.events_with(missing)[0]["level"], "ERROR");
+    for flapping in [
+        "postgres unavailable; retrying with backoff",
+        "postgres recovered",
+    ] {
+        assert!(
+            d.events_with(flapping).is_empty(),
+            "{flapping}:\n{}",
+            d.logs()
+        );
+    }
+    assert!(
+        d.logs().lines().count() < 10,
+        "a quiet re-check:\n{}",
+        d.logs()
+    );
+
+    let (code, out, err) = run_relay(&["migrate"], &env).await;
+    assert_eq!(code, 0, "{out}{err}");
+    sqlx::query("INSERT INTO late_outbox (queue, job_type) VALUES ('late', 'T')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    d.wait_ready(Duration::from_secs(15)).await;
+    let ns = &ns;
+    wait_until("the row relayed", Duration::from_secs(40), || async move {
+        ns.llen("queue:late").await == 1
+    })
+    .await;
+    assert_eq!(d.events_with("outbox table late_outbox present").len(), 1);
+    assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
+}
+
+/// /readyz says why Redis is down: at maxmemory it answers PING but refuses writes, and that
+/// is one episode (one line when it begins, one when it ends), not a flapping outage.
+#[sqlx::test]
+async fn readyz_names_out_of_memory_and_logs_it_once(pool: PgPool) {
+    let db = database_url_of(&pool).await;
+    let redis = RedisServer::start();
+    let ns = Namespace::on(&redis.url());
+    let mut con = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "maxmemory", "1"])
+        .query(&mut con)
+        .unwrap();
+    insert_rows(&pool, 50, "oom").await;
+    let env = [
+        ("DATABASE_URL", db.as_str()),
+        ("REDIS_URL", &redis.url()),
+        ("JOBRELAY_NAMESPACE", &ns.prefix),
+    ];
+    let mut d = Daemon::start(&[], &env);
+    let port = d.port;
+    wait_until(
+        "/readyz says out of memory",
+        Duration::from_secs(15),
+        || async move {
+            matches!(http_get(port, "/readyz").await,
+            Ok((503, body)) if body.starts_with("redis: out of memory"))
+        },
+    )
+    .await;
+    // Not synchronisation: the outage lasts several probe periods and worker retries.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(pending_count(&pool).await, 50);
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "maxmemory", "0"])
+        .query(&mut con)
+        .unwrap();
+    d.wait_ready(Duration::from_secs(15)).await;
+    let ns = &ns;
+    wait_until("the rows relayed", Duration::from_secs(40), || async move {
+        ns.llen("queue:oom").await == 50
+    })
+    .await;
+    let began = d.events_with("redis not reachable yet; retrying with backoff");
+    assert_eq!(began.len(), 1, "{}", d.logs());
+    assert_eq!(began[0]["reason"], "out of memory");
+    assert!(d
+        .events_with("redis unavailable; retrying with backoff")
+        .is_empty());
+    assert_eq!(d.events_with("redis recovered").len(), 1, "{}", d.logs());
+    assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
 }
 
 #[sqlx::test(migrations = false)]
