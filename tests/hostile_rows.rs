@@ -62,8 +62,10 @@ async fn insert_into(
     table: &str,
     at: Option<(&str, &str)>,
 ) -> sqlx::Result<(i64, Uuid)> {
-    let (column, value) = at.unwrap_or(("run_at", "NULL"));
-    let value = if value == "NULL" { None } else { Some(value) };
+    let (column, value) = match at {
+        Some((column, value)) => (column, Some(value)),
+        None => ("run_at", None),
+    };
     sqlx::query_as(&format!(
         "INSERT INTO {table} (queue, job_type, {column}) VALUES ('hostile', 'T', $1::timestamptz)
          RETURNING id, uuid"
