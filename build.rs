@@ -3,6 +3,9 @@
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
+    // `sqlx::migrate!` embeds migrations/ but only notices edits to files it already knows:
+    // rebuild when a migration is added.
+    println!("cargo:rerun-if-changed=migrations");
     let descriptors = protox::compile(["jobrelay/v1/job.proto"], ["proto"])?;
     let mut config = prost_build::Config::new();
     // Headers keep a stable order when marshalled, so equal jobs marshal to equal bytes.

@@ -106,6 +106,11 @@ async fn dispatch(command: Option<Command>, config: Config) -> Result<ExitCode> 
         None => run_daemon(&config, shutdown_signal()).await,
         Some(Command::Migrate) => {
             let pool = command_pool(&config).await?;
+            // An existing --table of another shape is refused before anything is changed.
+            if let Some(unfit) = db::unfit_outbox(&pool, &config.table).await? {
+                eprintln!("jobrelay: {unfit}; nothing was changed");
+                return Ok(ExitCode::from(2));
+            }
             db::migrate(&pool, &config.table)
                 .await
                 .context("applying migrations")?;
@@ -150,25 +155,17 @@ async fn run_dead_letter(config: &Config, cmd: DeadLetterCommand) -> Result<Exit
                 if json {
                     println!("{}", serde_json::to_string(r)?);
                 } else {
-                    println!(
-                        "{}\t{}\t{}\t{}\tattempts={}\t{}",
-                        r.id,
-                        r.uuid,
-                        r.queue,
-                        r.job_type,
-                        r.attempts,
-                        r.last_error.as_deref().unwrap_or("")
-                    );
+                    println!("{r}");
                 }
             }
             // On stderr, so that --json output stays one object per line.
             eprintln!("{} dead-lettered rows listed", rows.len());
         }
         DeadLetterCommand::Requeue(s) => {
-            let n = dead_letter::requeue(&pool, &config.table, &selection(s))
+            let requeued = dead_letter::requeue(&pool, &config.table, &selection(s))
                 .await
                 .context("requeueing dead letters")?;
-            println!("requeued {n} rows");
+            println!("{requeued}");
         }
         DeadLetterCommand::Purge(s) => {
             let n = dead_letter::purge(&pool, &config.table, &selection(s))

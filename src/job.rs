@@ -2,11 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Utc};
 use prost::Message;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
+use crate::pg_timestamp::RELAYABLE_RANGE;
 use crate::proto::v1;
 
 /// Longest queue name accepted (SPEC 2).
@@ -83,15 +84,33 @@ pub fn validate_job_type(job_type: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks that a protobuf Timestamp can carry `t` (SPEC 3): the years 0001..=9999 in UTC.
+fn validate_timestamp(field: &'static str, t: DateTime<Utc>) -> Result<()> {
+    if (1..=9999).contains(&t.year()) {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            field,
+            format!("{t} cannot be relayed ({RELAYABLE_RANGE})"),
+        ))
+    }
+}
+
 impl Job {
-    /// Validates the fields SPEC 5.1 step 1 names. A failure is permanent.
+    /// Validates the fields SPEC 5.1 step 1 names, and that `run_at` and `created_at` lie
+    /// within what the wire format's `google.protobuf.Timestamp` carries (SPEC 3:
+    /// 0001-01-01T00:00:00Z ..= 9999-12-31T23:59:59.999999999Z), refusing them with
+    /// [`Error::InvalidJob`] naming `run_at` or `created_at`. A failure is permanent.
     pub fn validate(&self) -> Result<()> {
         validate_queue(&self.queue)?;
         validate_job_type(&self.job_type)?;
         if self.uuid.is_nil() {
             return Err(Error::invalid("uuid", "must not be the nil uuid"));
         }
-        Ok(())
+        if let Some(t) = self.run_at {
+            validate_timestamp("run_at", t)?;
+        }
+        validate_timestamp("created_at", self.created_at)
     }
 
     /// The headers as a JSON object (what the table's `headers` column holds).
@@ -183,6 +202,54 @@ mod tests {
         assert!(validate_job_type(&"é".repeat(256)).is_ok());
         assert!(validate_job_type(&"é".repeat(257)).is_err());
         assert!(validate_job_type("").is_err());
+    }
+
+    fn job_at(run_at: Option<&str>, created_at: &str) -> Job {
+        let t = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
+        Job {
+            uuid: Uuid::new_v4(),
+            queue: "q".into(),
+            job_type: "T".into(),
+            payload: Vec::new(),
+            parent_uuid: None,
+            predecessor_uuid: None,
+            dead_parent: false,
+            run_at: run_at.map(t),
+            created_at: t(created_at),
+            headers: BTreeMap::new(),
+        }
+    }
+
+    fn refused_field(job: &Job) -> Option<&'static str> {
+        match job.validate() {
+            Ok(()) => None,
+            Err(Error::InvalidJob { field, .. }) => Some(field),
+            Err(e) => panic!("expected InvalidJob, got {e:?}"),
+        }
+    }
+
+    #[test]
+    fn timestamps_must_fit_a_protobuf_timestamp() {
+        const FIRST: &str = "0001-01-01T00:00:00Z";
+        const LAST: &str = "9999-12-31T23:59:59.999999999Z";
+        const NOW: &str = "2024-05-06T07:08:09Z";
+        for ok in [FIRST, LAST, NOW] {
+            assert_eq!(refused_field(&job_at(Some(ok), NOW)), None, "run_at {ok}");
+            assert_eq!(refused_field(&job_at(None, ok)), None, "created_at {ok}");
+        }
+        for bad in ["+10000-01-01T00:00:00Z", "0000-12-31T23:59:59.999999999Z"] {
+            assert_eq!(refused_field(&job_at(Some(bad), NOW)), Some("run_at"));
+            assert_eq!(refused_field(&job_at(None, bad)), Some("created_at"));
+        }
+        let e = job_at(Some("+10000-01-01T00:00:00Z"), NOW)
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "invalid job: run_at: +10000-01-01 00:00:00 UTC cannot be relayed \
+             (protobuf Timestamp carries 0001-01-01..9999-12-31)"
+        );
     }
 
     #[test]

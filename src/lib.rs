@@ -27,6 +27,7 @@ pub mod enqueue;
 pub mod error;
 pub mod http;
 pub mod job;
+mod pg_timestamp;
 pub mod producer;
 pub mod proto;
 pub mod redis_conn;

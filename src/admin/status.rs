@@ -22,7 +22,11 @@ pub struct QueueStatus {
 pub struct Status {
     /// Rows waiting in the outbox table.
     pub pending: i64,
-    /// Age of the oldest of them, in seconds; `null` when there are none.
+    /// Age of the oldest of them (by `created_at`), in seconds; `null` when there are none.
+    ///
+    /// Rows whose `created_at` is `infinity` or `-infinity` are ignored (they are counted in
+    /// `pending`): they have no age, Postgres cannot subtract them from `now()`, and the relay
+    /// dead-letters them anyway. `null` when every pending row has such a `created_at`.
     pub oldest_pending_age_seconds: Option<f64>,
     /// Rows in the dead-letter table.
     pub dead: i64,
@@ -30,14 +34,16 @@ pub struct Status {
     pub queues: BTreeMap<String, QueueStatus>,
 }
 
-/// Reads the backlog of `table` in one snapshot.
+/// Reads the backlog of `table` in one snapshot. Never fails on a row's values: the oldest
+/// age ignores a non-finite `created_at` (see [`Status::oldest_pending_age_seconds`]).
 pub async fn status(pool: &PgPool, table: &TableName) -> Result<Status> {
     let mut tx = pool.begin().await?;
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         .execute(&mut *tx)
         .await?;
     let pending: Vec<(String, i64, Option<f64>)> = sqlx::query_as(&format!(
-        "SELECT queue, count(*), EXTRACT(EPOCH FROM now() - min(created_at))::float8
+        "SELECT queue, count(*),
+                EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE isfinite(created_at)))::float8
          FROM {} GROUP BY queue",
         table.pending()
     ))

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::{DateTime, Datelike, SubsecRound, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
@@ -272,7 +272,8 @@ impl IntoJob for Job {
 
 /// The producer's checks: [`Job::validate`] plus what Postgres or a consumer would refuse.
 pub(crate) fn check(job: &Job) -> Result<()> {
-    // Queue, job type and uuid as SPEC 2 and 5.1 say; then what Postgres and protobuf refuse.
+    // Queue, job type, uuid and the timestamps' range as SPEC 2, 3 and 5.1 say; then what
+    // Postgres refuses.
     job.validate()?;
     if job.job_type.contains('\0') {
         return Err(Error::invalid(
@@ -295,14 +296,6 @@ pub(crate) fn check(job: &Job) -> Result<()> {
                 ));
             }
             _ => {}
-        }
-    }
-    if let Some(t) = job.run_at {
-        if !(1..=9999).contains(&t.year()) {
-            return Err(Error::invalid(
-                "run_at",
-                format!("{t} is outside the years 0001..=9999 a protobuf Timestamp can hold"),
-            ));
         }
     }
     for (name, value) in &job.headers {

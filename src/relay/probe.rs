@@ -187,7 +187,8 @@ pub async fn probe(
 ) {
     let backlog_sql = format!(
         "SELECT (SELECT count(*) FROM {t}),
-                (SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at))::float8, 0) FROM {t}),
+                (SELECT COALESCE(EXTRACT(EPOCH FROM now()
+                     - min(created_at) FILTER (WHERE isfinite(created_at)))::float8, 0) FROM {t}),
                 (SELECT count(*) FROM {d})",
         t = table.pending(),
         d = table.dead()

@@ -9,8 +9,10 @@ use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::job::Job;
+use crate::pg_timestamp::{PgTimestamp, RELAYABLE_RANGE};
 
-/// A row as the claim query returns it (`headers` as JSON text).
+/// A row as the claim query returns it (`headers` as JSON text; the timestamps as Postgres
+/// stores them, so that any value decodes and a row handed back keeps it exactly).
 #[derive(Debug)]
 pub(crate) struct PendingRow {
     pub id: i64,
@@ -21,9 +23,9 @@ pub(crate) struct PendingRow {
     pub parent_uuid: Option<Uuid>,
     pub predecessor_uuid: Option<Uuid>,
     pub dead_parent: bool,
-    pub run_at: Option<DateTime<Utc>>,
+    pub run_at: Option<PgTimestamp>,
     pub headers: String,
-    pub created_at: DateTime<Utc>,
+    pub created_at: PgTimestamp,
     pub attempts: i32,
 }
 
@@ -57,8 +59,18 @@ pub(crate) struct RowMeta {
 }
 
 impl PendingRow {
-    /// The row's job, or why it can never be one (permanent). On failure the row comes back.
+    /// The row's job, or why it can never be one (permanent). On failure the row comes back
+    /// unchanged (a timestamp a job cannot carry, e.g. `infinity`, stays as it was).
     pub fn into_job(self) -> std::result::Result<(RowMeta, Job), Box<(PendingRow, Error)>> {
+        let times = self
+            .run_at
+            .map(|t| relayable("run_at", t))
+            .transpose()
+            .and_then(|run_at| Ok((run_at, relayable("created_at", self.created_at)?)));
+        let (run_at, created_at) = match times {
+            Ok(t) => t,
+            Err(e) => return Err(Box::new((self, e))),
+        };
         let headers = match parse_headers(&self.headers) {
             Ok(h) => h,
             Err(e) => return Err(Box::new((self, e))),
@@ -75,8 +87,8 @@ impl PendingRow {
             parent_uuid: self.parent_uuid,
             predecessor_uuid: self.predecessor_uuid,
             dead_parent: self.dead_parent,
-            run_at: self.run_at,
-            created_at: self.created_at,
+            run_at,
+            created_at,
             headers,
         };
         match job.validate() {
@@ -96,12 +108,20 @@ impl PendingRow {
             parent_uuid: job.parent_uuid,
             predecessor_uuid: job.predecessor_uuid,
             dead_parent: job.dead_parent,
-            run_at: job.run_at,
+            run_at: job.run_at.map(PgTimestamp::from_datetime),
             headers: job.headers_json(),
-            created_at: job.created_at,
+            created_at: PgTimestamp::from_datetime(job.created_at),
             attempts: meta.attempts,
         }
     }
+}
+
+/// The instant of a row's timestamp `field`, or a permanent failure naming the column and the
+/// value as Postgres prints it when a protobuf Timestamp cannot carry it (SPEC 3), e.g.
+/// `run_at: infinity cannot be relayed (protobuf Timestamp carries 0001-01-01..9999-12-31)`.
+fn relayable(field: &'static str, t: PgTimestamp) -> Result<DateTime<Utc>> {
+    t.to_relayable()
+        .ok_or_else(|| Error::invalid(field, format!("{t} cannot be relayed ({RELAYABLE_RANGE})")))
 }
 
 /// Parses `headers`: a JSON object whose values are all strings.
