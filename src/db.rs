@@ -177,13 +177,10 @@ async fn table_problems(
 /// dead-letter table and its trigger (`jobrelay_create_outbox`).
 ///
 /// First checks [`unfit_outbox`]: an existing table of another shape (an application's own
-/// `orders`, say) is refused before anything is changed, with [`Error::Database`] holding
-/// [`sqlx::Error::InvalidArgument`] with [`UnfitOutbox`]'s text.
+/// `orders`, say) is refused before anything is changed, with [`Error::NotAnOutbox`].
 pub async fn migrate(pool: &PgPool, table: &TableName) -> Result<()> {
     if let Some(unfit) = unfit_outbox(pool, table).await? {
-        return Err(Error::Database(sqlx::Error::InvalidArgument(
-            unfit.to_string(),
-        )));
+        return Err(Error::NotAnOutbox(unfit));
     }
     MIGRATOR.run(pool).await?;
     if *table != TableName::default() {

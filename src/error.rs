@@ -85,6 +85,11 @@ pub enum Error {
     #[error("postgres: {0}")]
     Database(#[source] sqlx::Error),
 
+    /// `--table` names an existing table of another shape than an outbox's (an application's
+    /// own table, say): nothing was changed. A configuration error, not a row's.
+    #[error("{0}")]
+    NotAnOutbox(crate::db::UnfitOutbox),
+
     /// Applying the embedded migrations failed.
     #[error("migration failed: {0}")]
     Migrate(#[source] sqlx::migrate::MigrateError),
@@ -203,6 +208,7 @@ impl Error {
             | Error::Redis(_)
             | Error::Database(_)
             | Error::Migrate(_)
+            | Error::NotAnOutbox(_)
             | Error::Timeout { .. } => ErrorClass::Transient,
         }
     }
