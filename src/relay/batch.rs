@@ -76,14 +76,17 @@ enum Fate {
 struct ClaimedRow {
     row: PendingRow,
     buried: bool,
+    /// The byte cap left locked rows out of this batch (the same for every row).
+    capped: bool,
 }
 
-/// The claim's columns: [`PendingRow`]'s, then `buried` (see [`Queries::claim`]).
+/// The claim's columns: [`PendingRow`]'s, then `buried` and `capped` (see [`Queries::claim`]).
 impl<'r> sqlx::FromRow<'r, PgRow> for ClaimedRow {
     fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
         Ok(ClaimedRow {
             row: PendingRow::from_row(row)?,
             buried: row.try_get(12)?,
+            capped: row.try_get(13)?,
         })
     }
 }
@@ -156,6 +159,7 @@ impl<S: JobSink> Batcher<S> {
             .await?;
         let mut report = Report {
             claimed: claimed.len() as u64,
+            more: claimed.len() >= self.settings.batch_size || claimed.iter().any(|c| c.capped),
             ..Report::default()
         };
         report.stages.claim = claiming.elapsed();

@@ -29,7 +29,8 @@ pub struct Queries {
     /// [`ROW_OVERHEAD_BYTES`] a row); when `$2` (seconds) is not null, only rows created at
     /// least that long ago. A row whose payload is over `$4` bytes (`--max-job-size`) is moved
     /// to the dead-letter table by the same statement, without its payload ever leaving
-    /// Postgres: it comes back with an empty payload and the 13th column `true`. The delete
+    /// Postgres: it comes back with an empty payload and the 13th column `true`. The 14th
+    /// column says the byte cap cut the batch short (more rows are waiting). The delete
     /// only becomes visible at commit, which the relay issues after Redis acknowledged the
     /// jobs; until then the rows stay locked, and a rollback brings them back untouched.
     pub claim: String,
@@ -93,7 +94,8 @@ impl Queries {
                            CASE WHEN octet_length(payload) > $4::int8 THEN ''::bytea ELSE payload END,
                            parent_uuid, predecessor_uuid, dead_parent, run_at,
                            headers::text AS headers, created_at, attempts,
-                           octet_length(payload) > $4::int8 AS buried"
+                           octet_length(payload) > $4::int8 AS buried,
+                           NOT (SELECT all_fit FROM fits) AS capped"
             ),
             retry: format!("INSERT INTO {t} ({ROW_COLUMNS}) SELECT {UNNEST_SELECT} FROM {UNNEST}"),
             dead_letter: format!(

@@ -11,6 +11,9 @@ use crate::error::{Dependency, Reason};
 pub struct Report {
     /// Rows claimed.
     pub claimed: u64,
+    /// The batch stopped at a limit (`--batch-size` rows or `--batch-max-bytes`): more rows
+    /// may be waiting, claim again at once.
+    pub more: bool,
     /// Jobs per outcome, indexed like [`Outcome::ALL`].
     pub outcomes: [u64; 5],
     /// Jobs the script refused (per-job failures); their rows were kept for a retry or
@@ -81,6 +84,7 @@ impl Report {
     /// Adds another report's counts to this one.
     pub fn add(&mut self, other: &Report) {
         self.claimed += other.claimed;
+        self.more = other.more;
         for (a, b) in self.outcomes.iter_mut().zip(other.outcomes) {
             *a += b;
         }

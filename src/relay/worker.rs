@@ -54,7 +54,7 @@ pub async fn work<S: JobSink>(
                     delay
                 } else {
                     backoff.reset();
-                    if report.claimed as usize >= batch_size {
+                    if report.more || report.claimed as usize >= batch_size {
                         continue;
                     }
                     poll_interval
