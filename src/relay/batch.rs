@@ -7,7 +7,7 @@ use chrono::Utc;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, PgPool, Row as _};
 
-use super::queries::Queries;
+use super::queries::{Queries, ROW_OVERHEAD_BYTES};
 use super::report::{Interruption, Report};
 use super::row::{PendingRow, RowMeta};
 use super::sink::JobSink;
@@ -156,6 +156,7 @@ impl<S: JobSink> Batcher<S> {
             .await?;
         let mut report = Report {
             claimed: claimed.len() as u64,
+            capped: self.may_have_stopped_at_the_byte_cap(&claimed),
             ..Report::default()
         };
         report.stages.claim = claiming.elapsed();
@@ -174,6 +175,18 @@ impl<S: JobSink> Batcher<S> {
             report.stages.settle = settling.elapsed();
         }
         Ok(report)
+    }
+
+    /// Whether the claim may have left claimable rows behind because of the byte cap: it counted
+    /// the claimed rows as [`Queries::claim`] does, and the next row would have cost at most
+    /// `max_job_bytes` (a larger payload is counted as nothing) plus the row estimate.
+    fn may_have_stopped_at_the_byte_cap(&self, claimed: &[ClaimedRow]) -> bool {
+        let bytes: i64 = claimed
+            .iter()
+            .map(|c| if c.buried { 0 } else { c.row.payload.len() as i64 } + ROW_OVERHEAD_BYTES)
+            .sum();
+        let next = self.settings.max_job_bytes as i64 + ROW_OVERHEAD_BYTES;
+        !claimed.is_empty() && bytes + next > self.settings.max_batch_bytes as i64
     }
 
     /// Turns claimed rows into jobs, in `id` order. Rows that can never become a job are

@@ -26,6 +26,10 @@ pub struct Report {
     /// Why some rows were kept: the failure that interrupted the push. The batch committed
     /// what Redis acknowledged; the relay backs off as after a transient failure.
     pub interrupted: Option<Interruption>,
+    /// The batch claimed rows and may have stopped at the byte cap (`--batch-max-bytes`)
+    /// rather than for want of rows: like a batch of `--batch-size` rows, it is followed by
+    /// another at once. (Of one batch; [`Report::add`] keeps the last one's.)
+    pub capped: bool,
     /// Where the time went (summed over batches): for benchmarks and profiling.
     pub stages: StageTimes,
 }
@@ -91,6 +95,7 @@ impl Report {
         if other.interrupted.is_some() {
             self.interrupted.clone_from(&other.interrupted);
         }
+        self.capped = other.capped;
         self.stages.begin += other.stages.begin;
         self.stages.claim += other.stages.claim;
         self.stages.push += other.stages.push;

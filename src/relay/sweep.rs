@@ -43,7 +43,7 @@ pub async fn sweep<S: JobSink>(
             Ok(report) => {
                 backoff.reset();
                 total.add(&report);
-                if (report.claimed as usize) < batch_size {
+                if (report.claimed as usize) < batch_size && !report.capped {
                     return (total, Ok(()));
                 }
             }

@@ -13,10 +13,10 @@ use super::sink::JobSink;
 use crate::backoff::Backoff;
 use crate::telemetry::redact;
 
-/// Repeats batches until `shutdown`: a full batch loops at once; otherwise the worker waits for
-/// a wake-up or `poll_interval`. A transient failure backs off (100 ms doubling to 30 s, with
-/// jitter), cut short when [`Health`] sees a dependency recover. The batch in hand when
-/// `shutdown` fires is finished, not abandoned.
+/// Repeats batches until `shutdown`: a full batch (`batch_size` rows, or stopped at the byte
+/// cap) loops at once; otherwise the worker waits for a wake-up or `poll_interval`. A transient
+/// failure backs off (100 ms doubling to 30 s, with jitter), cut short when [`Health`] sees a
+/// dependency recover. The batch in hand when `shutdown` fires is finished, not abandoned.
 pub async fn work<S: JobSink>(
     batcher: Arc<Batcher<S>>,
     batch_size: usize,
@@ -54,7 +54,7 @@ pub async fn work<S: JobSink>(
                     delay
                 } else {
                     backoff.reset();
-                    if report.claimed as usize >= batch_size {
+                    if report.claimed as usize >= batch_size || report.capped {
                         continue;
                     }
                     poll_interval
