@@ -28,9 +28,13 @@ pub const DEFAULT_MAX_JOB_BYTES: usize = 8 * 1024 * 1024;
 /// measurements.
 pub const DEFAULT_MAX_CALL_BYTES: usize = 16 * 1024 * 1024;
 
-/// What one job adds to a script call besides its marshalled bytes: its marker and queue keys
-/// and its route (estimate, without the namespace, counted separately).
-const ARGS_OVERHEAD: usize = 160;
+/// What one job adds to a script call besides its marshalled bytes, the namespace (twice) and
+/// its queue name, all counted separately: an upper bound, so that a call never carries more
+/// than its byte limit. The marker key `jobs:<uuid>` (41 bytes), the queue key's `queue:` (6),
+/// the longest route `1|<uuid>|<uuid>|<score>` (76 plus a score of at most 24 characters), and
+/// the framing of the four bulk strings, `$<len>\r\n...\r\n` (5 each plus the digits of their
+/// lengths: at most 3, 3, 3 and 10): 186.
+const ARGS_OVERHEAD: usize = 192;
 
 const SCRIPT: &str = include_str!("enqueue.lua");
 

@@ -13,8 +13,8 @@ use super::sink::JobSink;
 use crate::backoff::Backoff;
 use crate::telemetry::redact;
 
-/// Repeats batches until `shutdown`: a full batch loops at once; otherwise the worker waits for
-/// a wake-up or `poll_interval`. A transient failure backs off (100 ms doubling to 30 s, with
+/// Repeats batches until `shutdown`: a full batch (`batch_size` rows, or stopped at the byte
+/// cap) loops at once; otherwise the worker waits for a wake-up or `poll_interval`. A transient failure backs off (100 ms doubling to 30 s, with
 /// jitter), cut short when [`Health`] sees a dependency recover. The batch in hand when
 /// `shutdown` fires is finished, not abandoned.
 pub async fn work<S: JobSink>(
