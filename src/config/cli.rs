@@ -48,7 +48,7 @@ pub struct Flags {
     #[arg(long, global = true, value_name = "N")]
     pub batch_size: Option<String>,
     /// Bytes claimed per transaction and sent per Redis script call (payloads plus ~200 bytes a
-    /// row; a single row may exceed it) [env: JOBRELAY_BATCH_MAX_BYTES] [default: 16MiB]
+    /// row; a single row may exceed it) [env: JOBRELAY_BATCH_MAX_BYTES] [default: 8MiB]
     #[arg(long, global = true, value_name = "BYTES")]
     pub batch_max_bytes: Option<String>,
     /// Largest job relayed (marshalled); a larger one is dead-lettered, never fetched whole

@@ -26,7 +26,7 @@ pub const DEFAULT_MAX_JOB_BYTES: usize = 8 * 1024 * 1024;
 
 /// Default bytes per script call and per batch (`--batch-max-bytes`). See the README's
 /// measurements.
-pub const DEFAULT_MAX_CALL_BYTES: usize = 16 * 1024 * 1024;
+pub const DEFAULT_MAX_CALL_BYTES: usize = 8 * 1024 * 1024;
 
 /// What one job adds to a script call besides its marshalled bytes, the namespace (twice) and
 /// its queue name, all counted separately: an upper bound, so that a call never carries more

@@ -35,7 +35,7 @@ pub struct BatchSettings {
 }
 
 impl Default for BatchSettings {
-    /// The daemon's defaults: 2,000 rows, 16 MiB, jobs up to 8 MiB, 25 attempts, 15 s.
+    /// The daemon's defaults: 2,000 rows, 8 MiB, jobs up to 8 MiB, 25 attempts, 15 s.
     fn default() -> Self {
         BatchSettings {
             batch_size: 2000,

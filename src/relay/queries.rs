@@ -54,7 +54,10 @@ impl Queries {
             // again later. Rows locked beyond the byte cap stay locked, untouched, until the
             // commit. `octet_length` of a stored payload reads its length, not its bytes.
             // The running sum (a window over the locked rows) is only computed when the
-            // locked rows do not all fit (measured: the window costs about 0.5 µs a row).
+            // locked rows do not all fit, and `buried` only runs when one is oversize: in the
+            // common case the statement costs one pass more than a plain claim (measured with
+            // pgbench, 2,000-row claims rolled back, medians of 6 alternating rounds: 8.4 ms
+            // plain, 10.2 ms with the window and `buried` always evaluated, 9.8 ms like this).
             // An oversize row is copied to the dead letters by `buried` (which reads the row
             // as the statement's snapshot saw it) and deleted by the main DELETE with the
             // others; the DELETE returns it without its payload, flagged.
@@ -72,7 +75,9 @@ impl Queries {
                      LIMIT $1
                      FOR UPDATE SKIP LOCKED
                  ), fits AS (
-                     SELECT COALESCE(sum(counted), 0) <= $3::int8 AS all_fit FROM locked
+                     SELECT COALESCE(sum(counted), 0) <= $3::int8 AS all_fit,
+                            COALESCE(bool_or(oversize), false) AS any_oversize
+                     FROM locked
                  ), taken AS (
                      SELECT ctid, oversize FROM locked WHERE (SELECT all_fit FROM fits)
                      UNION ALL
@@ -87,9 +92,14 @@ impl Queries {
                             dead_parent, run_at, headers, created_at, attempts + 1, available_at,
                             format('job too large: payload of %s bytes, over --max-job-size (%s bytes)',
                                    octet_length(payload), $4::int8)
-                     FROM {t} WHERE ctid = ANY(ARRAY(SELECT ctid FROM taken WHERE oversize))
+                     FROM {t}
+                     WHERE (SELECT any_oversize FROM fits)
+                       AND ctid = ANY(ARRAY(SELECT ctid FROM taken WHERE oversize))
                  )
-                 DELETE FROM {t} WHERE ctid = ANY(ARRAY(SELECT ctid FROM taken))
+                 DELETE FROM {t}
+                 WHERE ctid = ANY(CASE WHEN (SELECT all_fit FROM fits)
+                                       THEN ARRAY(SELECT ctid FROM locked)
+                                       ELSE ARRAY(SELECT ctid FROM taken) END)
                  RETURNING id, uuid, queue, job_type,
                            CASE WHEN octet_length(payload) > $4::int8 THEN ''::bytea ELSE payload END,
                            parent_uuid, predecessor_uuid, dead_parent, run_at,
