@@ -94,6 +94,18 @@ pub enum Error {
     #[error("migration failed: {0}")]
     Migrate(#[source] sqlx::migrate::MigrateError),
 
+    /// A dependency answers but does not take the relay's writes (a Postgres hot standby or a
+    /// read-only session, a Redis whose `ROLE` is not master). Transient.
+    #[error("{} does not take writes ({reason}): {detail}", dependency.as_str())]
+    NotWritable {
+        /// Which one.
+        dependency: Dependency,
+        /// Why, e.g. [`Reason::ReadOnly`].
+        reason: Reason,
+        /// What it said.
+        detail: String,
+    },
+
     /// An operation did not finish within its bound. Transient.
     #[error("{what} timed out after {}", humantime::format_duration(*after))]
     Timeout {
@@ -209,6 +221,7 @@ impl Error {
             | Error::Database(_)
             | Error::Migrate(_)
             | Error::NotAnOutbox(_)
+            | Error::NotWritable { .. }
             | Error::Timeout { .. } => ErrorClass::Transient,
         }
     }
@@ -220,7 +233,7 @@ impl Error {
             Error::Database(e) => postgres_reason(e),
             Error::Migrate(sqlx::migrate::MigrateError::Execute(e)) => postgres_reason(e),
             Error::Timeout { .. } => Reason::Timeout,
-            Error::Unacknowledged { reason, .. } => *reason,
+            Error::Unacknowledged { reason, .. } | Error::NotWritable { reason, .. } => *reason,
             _ => Reason::Other,
         }
     }
@@ -232,6 +245,7 @@ impl Error {
             Error::Redis(_) | Error::Refused { .. } | Error::Unacknowledged { .. } => {
                 Some(Dependency::Redis)
             }
+            Error::NotWritable { dependency, .. } => Some(*dependency),
             Error::Timeout { what, .. } if what.starts_with("postgres") => {
                 Some(Dependency::Postgres)
             }

@@ -1968,3 +1968,66 @@ fn dockerfile_builds_a_small_non_root_image() {
         .unwrap();
     assert!(final_stage.iter().any(|l| *l == format!("EXPOSE {port}")));
 }
+
+/// A Postgres that answers but refuses writes (here: sessions read-only by default, as on a
+/// hot standby): `check` fails naming it, /readyz says so, and the daemon logs one episode
+/// (the probe's SELECT succeeds while every claim fails: it must not end the episode).
+#[sqlx::test]
+async fn a_read_only_postgres_is_named_and_logged_once(pool: PgPool) {
+    let db = database_url_of(&pool).await;
+    let name: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    insert_rows(&pool, 20, "ro").await;
+    let admin = std::env::var("DATABASE_URL").unwrap();
+    let alter = |setting: &'static str| {
+        let (admin, name) = (admin.clone(), name.clone());
+        async move {
+            use sqlx::Connection;
+            let mut con = sqlx::PgConnection::connect(&admin).await.unwrap();
+            let sql = format!("ALTER DATABASE \"{name}\" {setting}");
+            sqlx::query(&sql).execute(&mut con).await.unwrap();
+        }
+    };
+    alter("SET default_transaction_read_only = on").await;
+    let ns = Namespace::new();
+    let env = [
+        ("DATABASE_URL", db.as_str()),
+        ("REDIS_URL", &ns.url),
+        ("JOBRELAY_NAMESPACE", &ns.prefix),
+    ];
+    let (code, out, _) = run_relay(&["check"], &env).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("postgres: read-only replica: "), "{out}");
+    let mut d = Daemon::start(&[], &env);
+    let port = d.port;
+    wait_until(
+        "/readyz says read-only",
+        Duration::from_secs(15),
+        || async move {
+            matches!(http_get(port, "/readyz").await,
+            Ok((503, body)) if body.starts_with("postgres: read-only replica"))
+        },
+    )
+    .await;
+    // Not synchronisation: the episode lasts several probe periods and worker retries.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    alter("RESET default_transaction_read_only").await;
+    let ns = &ns;
+    wait_until("the rows relayed", Duration::from_secs(60), || async move {
+        ns.llen("queue:ro").await == 20
+    })
+    .await;
+    let began = d.events_with("postgres not reachable yet; retrying with backoff");
+    assert_eq!(began.len(), 1, "{}", d.logs());
+    assert_eq!(began[0]["reason"], "read-only replica");
+    assert!(
+        d.events_with("postgres unavailable; retrying with backoff")
+            .is_empty(),
+        "{}",
+        d.logs()
+    );
+    assert_eq!(d.events_with("postgres recovered").len(), 1, "{}", d.logs());
+    assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
+}

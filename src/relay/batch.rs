@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use sqlx::postgres::PgRow;
-use sqlx::{PgConnection, PgPool, Row as _};
+use sqlx::{Connection as _, PgConnection, PgPool, Row as _};
 
 use super::queries::Queries;
 use super::report::{Interruption, Report};
@@ -13,7 +13,7 @@ use super::row::{PendingRow, RowMeta};
 use super::sink::JobSink;
 use crate::backoff::per_job_delay;
 use crate::enqueue::{JobResult, Outcome};
-use crate::error::{Dependency, Error, ErrorClass, Result};
+use crate::error::{Dependency, Error, ErrorClass, Reason, Result};
 use crate::job::Job;
 use crate::telemetry::metrics;
 use uuid::Uuid;
@@ -112,7 +112,26 @@ impl<S: JobSink> Batcher<S> {
     /// again with its attempts unchanged.
     pub async fn run_once(&self, older_than: Option<Duration>) -> Result<Report> {
         let started = Instant::now();
-        let mut tx = self.bounded("postgres begin", self.pool.begin()).await?;
+        let mut conn = self.bounded("postgres begin", self.pool.acquire()).await?;
+        let result = self.in_transaction(&mut conn, older_than, started).await;
+        if let Err(e) = &result {
+            if e.dependency() == Some(Dependency::Postgres) && e.reason() == Reason::ReadOnly {
+                // A session that cannot write (a demoted primary still answering, a database
+                // made read-only) stays so: let the pool open a new one, which may reach the
+                // new primary.
+                let _ = tokio::time::timeout(self.settings.statement_timeout, conn.close()).await;
+            }
+        }
+        result
+    }
+
+    async fn in_transaction(
+        &self,
+        conn: &mut PgConnection,
+        older_than: Option<Duration>,
+        started: Instant,
+    ) -> Result<Report> {
+        let mut tx = self.bounded("postgres begin", conn.begin()).await?;
         let begun = started.elapsed();
         let mut report = self.claim_push_settle(&mut tx, older_than).await?;
         report.stages.begin = begun;
@@ -131,6 +150,7 @@ impl<S: JobSink> Batcher<S> {
                 refused = report.refused,
                 invalid = report.invalid,
                 dead_lettered = report.dead_lettered,
+                kept = report.kept,
                 "batch committed"
             );
         } else {

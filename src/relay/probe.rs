@@ -1,7 +1,9 @@
 //! The dependency probe: one round of checks that `/readyz` (through the daemon's probe task)
 //! and `jobrelay check` both run, so the two cannot disagree.
 //!
-//! - Postgres: `SELECT 1 FROM <outbox> LIMIT 0` answers, and tells whether the table exists.
+//! - Postgres: a query on the outbox table answers (or says the table is missing), and the
+//!   session could write: not a hot standby, not read-only by default. A read-only Postgres
+//!   answers `SELECT` while it refuses every claim, like a Redis at `maxmemory` answers `PING`.
 //! - Redis: a write (`SET <ns>jobrelay:probe ... PX`) and `ROLE` = master. A `PING` is not
 //!   enough: a Redis at `maxmemory` (`OOM`) or a read-only replica answers it while it refuses
 //!   every push, and a probe that said "up" would end each outage the workers begin, logging
@@ -84,7 +86,13 @@ impl Probe {
             pool,
             redis,
             con: None,
-            table_sql: format!("SELECT 1 FROM {} LIMIT 0", table.pending()),
+            // Fails with undefined_table when the outbox is missing; says whether this
+            // session could write (not a hot standby, not a read-only default).
+            table_sql: format!(
+                "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'
+                 FROM (SELECT 1 FROM {} LIMIT 0) AS present RIGHT JOIN (SELECT 1) AS one ON true",
+                table.pending()
+            ),
             probe_key: format!("{namespace}jobrelay:probe"),
             timeout,
         }
@@ -93,17 +101,32 @@ impl Probe {
     /// One round of checks.
     pub async fn run_once(&mut self) -> Findings {
         let postgres_sent = Instant::now();
-        let postgres = match tokio::time::timeout(
-            self.timeout,
-            sqlx::query(&self.table_sql).execute(&self.pool),
-        )
-        .await
-        {
+        let check = async {
+            let mut conn = self.pool.acquire().await?;
+            let found = sqlx::query_as::<_, (bool, bool)>(&self.table_sql)
+                .fetch_one(&mut *conn)
+                .await;
+            if matches!(found, Ok((a, b)) if a || b) {
+                // A read-only session stays so: let the pool open a new one next time.
+                let _ = conn.close().await;
+            }
+            found
+        };
+        let postgres = match tokio::time::timeout(self.timeout, check).await {
             Err(_) => Err(Error::Timeout {
                 what: "postgres probe",
                 after: self.timeout,
             }),
-            Ok(Ok(_)) => Ok(true),
+            Ok(Ok((false, false))) => Ok(true),
+            Ok(Ok((standby, _))) => Err(Error::NotWritable {
+                dependency: Dependency::Postgres,
+                reason: Reason::ReadOnly,
+                detail: if standby {
+                    "a hot standby (pg_is_in_recovery)".to_owned()
+                } else {
+                    "sessions are read-only (default_transaction_read_only)".to_owned()
+                },
+            }),
             Ok(Err(e)) => {
                 let e = Error::Database(e);
                 if e.reason() == Reason::TableMissing && missing_relation(&e) {
