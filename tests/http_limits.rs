@@ -10,6 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::child::RelayChild;
+use common::http::{http_get, parse_response};
 use common::*;
 use jobrelay::http::{HEADER_READ_TIMEOUT, IDLE_TIMEOUT, MAX_CONNECTIONS};
 use sqlx::PgPool;
@@ -18,40 +19,6 @@ use tokio::net::TcpStream;
 
 // ------------------------------------------------------------------------------------------
 // Helpers
-
-/// A tiny HTTP/1.1 client (as in tests/ops.rs): `GET path` with `Connection: close`, returning
-/// (status, body).
-async fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    let exchange = async {
-        let mut s = TcpStream::connect(("127.0.0.1", port)).await?;
-        s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .await?;
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw).await?;
-        Ok::<_, std::io::Error>(raw)
-    };
-    let raw = tokio::time::timeout(Duration::from_secs(3), exchange)
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "http timeout"))??;
-    parse_response(&raw)
-}
-
-/// (status, body) of one complete response in `raw`.
-fn parse_response(raw: &[u8]) -> std::io::Result<(u16, String)> {
-    let text = String::from_utf8_lossy(raw).into_owned();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other(format!("no header end in {text:?}")))?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("bad status line in {head:?}")))?;
-    Ok((status, body.to_owned()))
-}
 
 /// Reads one response on a kept-alive connection (header, then `content-length` bytes),
 /// leaving the connection open; returns its status.

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod child;
+pub mod http;
 pub mod pg_server;
 pub mod proxy;
 pub mod redis_server;
