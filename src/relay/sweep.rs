@@ -29,10 +29,10 @@ pub async fn sweep<S: JobSink>(
                 total.add(&report);
                 if backoff.failures() >= SWEEP_RETRIES {
                     let cut = report.interrupted.expect("checked");
-                    let e = crate::error::Error::Unacknowledged {
-                        uuid: uuid::Uuid::nil(),
+                    let e = crate::error::Error::NotWritable {
+                        dependency: cut.dependency,
                         reason: cut.reason,
-                        message: cut.error,
+                        detail: cut.error,
                     };
                     return (total, Err(e));
                 }
