@@ -266,6 +266,7 @@ fn batch_settings(config: &Config) -> BatchSettings {
         batch_size: config.batch_size,
         max_batch_bytes: config.batch_max_bytes,
         max_job_bytes: config.max_job_size,
+        claim_slots: None,
         max_attempts: config.max_attempts,
         statement_timeout: STATEMENT_TIMEOUT,
     }
@@ -375,7 +376,10 @@ pub async fn run_daemon(
     let client = config.redis_client()?;
     let settings = RelaySettings {
         table: config.table.clone(),
-        batch: batch_settings(config),
+        batch: BatchSettings {
+            claim_slots: Some(config.claim_slots as u32),
+            ..batch_settings(config)
+        },
         poll_interval: config.poll_interval,
     };
     let enqueuer = config.enqueuer();

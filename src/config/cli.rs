@@ -58,6 +58,10 @@ pub struct Flags {
     /// Concurrent claim loops [env: JOBRELAY_WORKERS] [default: 2]
     #[arg(long, global = true, value_name = "N")]
     pub workers: Option<String>,
+    /// Batches in flight at once across every relay on the table (fleet-wide claim slots)
+    /// [env: JOBRELAY_CLAIM_SLOTS] [default: 2]
+    #[arg(long, global = true, value_name = "N")]
+    pub claim_slots: Option<String>,
     /// Idle wait when no notification arrives [env: JOBRELAY_POLL_INTERVAL] [default: 1s]
     #[arg(long, global = true, value_name = "DURATION")]
     pub poll_interval: Option<String>,

@@ -94,6 +94,8 @@ pub const DEFAULT_BATCH_SIZE: usize = 2000;
 pub const DEFAULT_BATCH_MAX_BYTES: usize = crate::enqueue::DEFAULT_MAX_CALL_BYTES;
 /// Default `--max-job-size` (see the README).
 pub const DEFAULT_MAX_JOB_SIZE: usize = crate::enqueue::DEFAULT_MAX_JOB_BYTES;
+/// Default fleet-wide claim slots (chosen by benchmark; see the README).
+pub const DEFAULT_CLAIM_SLOTS: usize = 2;
 /// Default claim loops (chosen by benchmark).
 pub const DEFAULT_WORKERS: usize = 2;
 /// Default idle poll interval.
@@ -136,6 +138,8 @@ pub struct Config {
     pub max_job_size: usize,
     /// `--workers`.
     pub workers: usize,
+    /// `--claim-slots`.
+    pub claim_slots: usize,
     /// `--poll-interval`.
     pub poll_interval: Duration,
     /// `--max-attempts`.
@@ -228,6 +232,9 @@ impl Config {
         let workers = src
             .parse("workers", |s| bounded_int(s, 1, 64))?
             .unwrap_or(DEFAULT_WORKERS);
+        let claim_slots = src
+            .parse("claim_slots", |s| bounded_int(s, 1, 64))?
+            .unwrap_or(DEFAULT_CLAIM_SLOTS);
         let poll_interval = src
             .parse("poll_interval", |s| {
                 duration_at_least(s, Duration::from_millis(10))
@@ -279,6 +286,7 @@ impl Config {
             batch_max_bytes,
             max_job_size,
             workers,
+            claim_slots,
             poll_interval,
             max_attempts,
             dedup_ttl,

@@ -37,6 +37,7 @@ pub const OPTIONS: &[(&str, &str, Option<&str>)] = &[
         Some("JOBRELAY_MAX_JOB_SIZE"),
     ),
     ("workers", "--workers", Some("JOBRELAY_WORKERS")),
+    ("claim_slots", "--claim-slots", Some("JOBRELAY_CLAIM_SLOTS")),
     (
         "poll_interval",
         "--poll-interval",
@@ -91,7 +92,7 @@ pub(crate) struct Sources<'a> {
 }
 
 fn flag_values(f: &Flags) -> HashMap<&'static str, String> {
-    let pairs: [(&'static str, &Option<String>); 19] = [
+    let pairs: [(&'static str, &Option<String>); 20] = [
         ("database_url", &f.database_url),
         ("database_url_file", &f.database_url_file),
         ("redis_url", &f.redis_url),
@@ -103,6 +104,7 @@ fn flag_values(f: &Flags) -> HashMap<&'static str, String> {
         ("batch_max_bytes", &f.batch_max_bytes),
         ("max_job_size", &f.max_job_size),
         ("workers", &f.workers),
+        ("claim_slots", &f.claim_slots),
         ("poll_interval", &f.poll_interval),
         ("max_attempts", &f.max_attempts),
         ("dedup_ttl", &f.dedup_ttl),

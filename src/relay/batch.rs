@@ -32,6 +32,11 @@ pub struct BatchSettings {
     /// Client-side bound on each statement (claim, hand-back, commit), on top of the server's
     /// `statement_timeout`: a Postgres that stops answering cannot hold a worker.
     pub statement_timeout: Duration,
+    /// Fleet-wide claim slots (`--claim-slots`): a batch runs only while its transaction holds
+    /// one of these many advisory locks, shared by every relay on the table, so that a fleet
+    /// of sidecars has at most this many batches in flight. `None`: no slot needed (the sweep,
+    /// library users).
+    pub claim_slots: Option<u32>,
 }
 
 impl Default for BatchSettings {
@@ -43,6 +48,7 @@ impl Default for BatchSettings {
             max_job_bytes: crate::enqueue::DEFAULT_MAX_JOB_BYTES,
             max_attempts: 25,
             statement_timeout: Duration::from_secs(15),
+            claim_slots: None,
         }
     }
 }
@@ -132,6 +138,23 @@ impl<S: JobSink> Batcher<S> {
         started: Instant,
     ) -> Result<Report> {
         let mut tx = self.bounded("postgres begin", conn.begin()).await?;
+        if let Some(slots) = self.settings.claim_slots {
+            let slot: Option<i32> = self
+                .bounded(
+                    "postgres claim slot",
+                    sqlx::query_scalar(&self.queries.claim_slot)
+                        .bind(slots as i32)
+                        .fetch_optional(&mut *tx),
+                )
+                .await?;
+            if slot.is_none() {
+                self.bounded("postgres rollback", tx.rollback()).await?;
+                return Ok(Report {
+                    no_slot: true,
+                    ..Report::default()
+                });
+            }
+        }
         let begun = started.elapsed();
         let mut report = self.claim_push_settle(&mut tx, older_than).await?;
         report.stages.begin = begun;

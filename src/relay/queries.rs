@@ -38,7 +38,16 @@ pub struct Queries {
     pub retry: String,
     /// Moves rows to the dead-letter table.
     pub dead_letter: String,
+    /// Takes the first free of `$1` claim slots for this transaction, returning its number,
+    /// or no row when all are taken: transaction-level advisory locks
+    /// `(CLAIM_SLOT_CLASS + slot, hashtext(<channel>))`, released at commit or rollback, and
+    /// by the server when the relay's session dies.
+    pub claim_slot: String,
 }
+
+/// First key of claim slot 0; slot `n` is `CLAIM_SLOT_CLASS + n` (`--claim-slots` is at most
+/// 64, so the keys 27251..=27314 follow the wake-up lock's 27250).
+pub const CLAIM_SLOT_CLASS: i32 = 0x6A73;
 
 impl Queries {
     /// Renders the statements for `table`.
@@ -108,9 +117,21 @@ impl Queries {
                            NOT (SELECT all_fit FROM fits) AS capped"
             ),
             retry: format!("INSERT INTO {t} ({ROW_COLUMNS}) SELECT {UNNEST_SELECT} FROM {UNNEST}"),
+            // `LIMIT 1` stops at the first lock taken: slots are tried in order.
+            claim_slot: format!(
+                "SELECT s FROM generate_series(0, $1 - 1) AS s
+                 WHERE pg_try_advisory_xact_lock({CLAIM_SLOT_CLASS} + s, hashtext({channel}))
+                 LIMIT 1",
+                channel = sql_literal(&table.channel())
+            ),
             dead_letter: format!(
                 "INSERT INTO {d} ({ROW_COLUMNS}) SELECT {UNNEST_SELECT} FROM {UNNEST}"
             ),
         }
     }
+}
+
+/// `text` as an SQL string literal (a table name: letters, digits, `_` and `.` only).
+fn sql_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
 }

@@ -11,6 +11,9 @@ use crate::error::{Dependency, Reason};
 pub struct Report {
     /// Rows claimed.
     pub claimed: u64,
+    /// No claim slot was free (`--claim-slots`): other workers of the fleet are claiming;
+    /// nothing was claimed, try again later.
+    pub no_slot: bool,
     /// The batch stopped at a limit (`--batch-size` rows or `--batch-max-bytes`): more rows
     /// may be waiting, claim again at once.
     pub more: bool,

@@ -34,6 +34,19 @@ pub async fn work<S: JobSink>(
         recovered.borrow_and_update();
         let started = Instant::now();
         let idle_wait = match batcher.run_once(None).await {
+            Ok(report) if report.no_slot => {
+                // The fleet's claim slots are all busy: those workers drain the table; look
+                // again after the poll interval (not at every wake-up, which can come every
+                // millisecond while a relay is awake).
+                health.batch_completed();
+                health.ok_at(Dependency::Postgres, started);
+                backoff.reset();
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(poll_interval) => {}
+                }
+                continue;
+            }
             Ok(report) => {
                 health.batch_completed();
                 if report.claimed > 0 {
