@@ -36,7 +36,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use jobrelay::config::{DEFAULT_BATCH_SIZE, DEFAULT_WORKERS, STATEMENT_TIMEOUT};
+use jobrelay::config::{DEFAULT_BATCH_SIZE, DEFAULT_CLAIM_SLOTS, DEFAULT_WORKERS, STATEMENT_TIMEOUT};
 use jobrelay::relay::{self, BatchSettings, Health, RedisSink, RelaySettings};
 use jobrelay::{Enqueuer, Job, TableName};
 use serde_json::json;
@@ -313,6 +313,8 @@ async fn start_relay(
             batch_size: args.batch_size,
             max_attempts: 25,
             statement_timeout: STATEMENT_TIMEOUT,
+            // As the daemon: its batches take a fleet-wide claim slot.
+            claim_slots: Some(DEFAULT_CLAIM_SLOTS as u32),
             ..BatchSettings::default()
         },
         poll_interval: Duration::from_secs(1),
