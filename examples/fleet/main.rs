@@ -58,6 +58,14 @@ use uuid::Uuid;
 /// Any error, boxed.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// `eprintln!` that ignores a closed or broken stderr: a panic there would skip the cleanup.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 const QUEUES: usize = 4;
 const PAYLOAD_BYTES: usize = 200;
 /// `application_name` of the relays' sessions: how their backends are found.
@@ -187,7 +195,7 @@ fn warn_if_stale(bin: &Path) {
         .filter_map(|d| newest(&crate_dir.join(d)))
         .max();
     if source.is_some_and(|s| s > built) {
-        eprintln!(
+        note!(
             "fleet: warning: {} is older than the source in {}: run `cargo build --release` \
              (or point JOBRELAY_BIN at a current binary)",
             bin.display(),
@@ -843,7 +851,7 @@ async fn drain(
         "load_average_before": load,
         "check": check,
     });
-    eprintln!(
+    note!(
         "fleet: round {round_no} {config:<8} {}x{}: {} rows in {:.2} s = {:.0} rows/s; claim ms \
          p50/p99/max {}/{}/{} ({} batches); PG µs/row {} (all of Postgres {}); exactly once: {}",
         shape.processes,
@@ -924,7 +932,7 @@ async fn run(args: &Args, sb: &Sandbox) -> Result<Value, BoxError> {
         "median": round(median(&ratios), 3),
         "of_medians": round(of_medians, 3),
     });
-    let row = |what: &str, b: String, f: String| eprintln!("  {what:<30} {b:>18} {f:>18}");
+    let row = |what: &str, b: String, f: String| note!("  {what:<30} {b:>18} {f:>18}");
     let claims = |c: &Value| {
         format!(
             "{}/{}/{}",
@@ -933,7 +941,7 @@ async fn run(args: &Args, sb: &Sandbox) -> Result<Value, BoxError> {
             show(&c["max"])
         )
     };
-    eprintln!(
+    note!(
         "fleet: medians of {} rounds {:>24} {:>18}",
         args.rounds,
         "baseline 1x2",
@@ -959,7 +967,7 @@ async fn run(args: &Args, sb: &Sandbox) -> Result<Value, BoxError> {
         show(&baseline["pg_all_us_per_row"]),
         show(&fleet["pg_all_us_per_row"]),
     );
-    eprintln!(
+    note!(
         "  ratio fleet/baseline: median {} (rounds: {}); exactly once: {exactly_once}",
         show(&ratio["median"]),
         ratios
@@ -1035,7 +1043,7 @@ async fn remove_on_signal(leftovers: Leftovers) {
     };
     if signalled {
         INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
-        eprintln!("fleet: interrupted; removing {}", leftovers.db_name);
+        note!("fleet: interrupted; removing {}", leftovers.db_name);
         leftovers.remove().await;
         std::process::exit(130);
     }
@@ -1054,12 +1062,12 @@ async fn main() {
                 serde_json::to_string_pretty(&report).expect("a JSON value")
             );
             if report["exactly_once"] != true {
-                eprintln!("fleet: exactly-once did NOT hold (see each run's \"check\")");
+                note!("fleet: exactly-once did NOT hold (see each run's \"check\")");
                 std::process::exit(1);
             }
         }
         Err(e) => {
-            eprintln!("fleet: {e}");
+            note!("fleet: {e}");
             std::process::exit(1);
         }
     }
