@@ -174,6 +174,7 @@ impl<S: JobSink> Batcher<S> {
                 invalid = report.invalid,
                 dead_lettered = report.dead_lettered,
                 kept = report.kept,
+                claim_ms = report.stages.claim.as_secs_f64() * 1000.0,
                 "batch committed"
             );
         } else {

@@ -1,0 +1,89 @@
+//! CPU time from `/proc`, for the fleet benchmark: the Postgres server processes (by pid, in
+//! nanoseconds from `schedstat`, so that summing dozens of short-lived backends does not add up
+//! their clock-tick truncations), whole processes (the relays, from `stat`), and the machine.
+//! The Postgres part is a minimal copy of `examples/bench/cpu.rs`, which keeps its helpers
+//! private and reads whole-tick figures.
+
+use std::collections::HashMap;
+
+/// Clock ticks per second of `/proc/*/stat` times (USER_HZ, 100 on Linux).
+const TICKS: f64 = 100.0;
+
+/// The name and utime + stime (seconds) of one `/proc/<pid>/stat` line.
+fn stat_cpu(stat: &str) -> Option<(&str, f64)> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let name = &stat[open + 1..close];
+    // After ')': state is field 3 of the line; utime and stime are fields 14 and 15.
+    let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some((name, (utime + stime) / TICKS))
+}
+
+/// CPU seconds of a single-threaded process: `schedstat`'s run time (ns) when the kernel has
+/// it, else `stat`'s ticks.
+fn task_cpu(pid: u32, stat_seconds: f64) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(stat_seconds, |ns| ns / 1e9)
+}
+
+/// CPU seconds of every live process named `postgres` (the server, its helpers and every
+/// backend), by pid; `None` when there is none here (a remote server).
+pub fn postgres_cpu_seconds() -> Option<HashMap<u32, f64>> {
+    let mut found = None;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        if let Some(("postgres", cpu)) = stat_cpu(&stat) {
+            // Postgres processes are single-threaded: the task's schedstat is the process's.
+            found
+                .get_or_insert_with(HashMap::new)
+                .insert(pid, task_cpu(pid, cpu));
+        }
+    }
+    found
+}
+
+/// utime + stime of a whole process (every thread, living or gone), in seconds.
+pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_cpu(&stat).map(|(_, cpu)| cpu)
+}
+
+/// Busy (not idle, not waiting for I/O) seconds of all cores, from `/proc/stat`.
+pub fn machine_busy_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(cpu) = stat.lines().next() else {
+        return 0.0;
+    };
+    // cpu user nice system idle iowait irq softirq steal ...
+    let v: Vec<f64> = cpu
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let busy: f64 = [0, 1, 2, 5, 6, 7].iter().filter_map(|&i| v.get(i)).sum();
+    busy / TICKS
+}
+
+/// `used_cpu_user + used_cpu_sys` from Redis's `INFO cpu`.
+pub async fn redis_cpu_seconds(client: &redis::Client) -> Option<f64> {
+    let mut con = client.get_multiplexed_async_connection().await.ok()?;
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(&mut con)
+        .await
+        .ok()?;
+    let field = |name: &str| -> Option<f64> {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
+    };
+    Some(field("used_cpu_user")? + field("used_cpu_sys")?)
+}

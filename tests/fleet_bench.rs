@@ -1,0 +1,107 @@
+//! The fleet benchmark (`examples/fleet`) runs with tiny sizes so that it cannot rot. Not a
+//! timed test: it checks that both configurations ran, delivered every job exactly once, and
+//! reported their figures, and that the database, the keys and the logs are gone. The relays
+//! are this build's debug binary, handed over as `JOBRELAY_BIN` like any other setting.
+
+#[path = "../examples/fleet/main.rs"]
+#[allow(dead_code)]
+mod fleet;
+
+mod common;
+
+use std::collections::HashMap;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_benchmark_runs_with_small_sizes_and_cleans_up() {
+    let database_url = std::env::var("DATABASE_URL")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let env: HashMap<&str, String> = [
+        ("FLEET_ROWS", "2000".to_owned()),
+        ("FLEET_PROCESSES", "2".to_owned()),
+        ("FLEET_WORKERS", "2".to_owned()),
+        ("FLEET_ROUNDS", "1".to_owned()),
+        ("FLEET_TIMEOUT", "2m".to_owned()),
+        ("JOBRELAY_BIN", env!("CARGO_BIN_EXE_jobrelay").to_owned()),
+        ("DATABASE_URL", database_url.clone()),
+        ("REDIS_URL", common::redis_url()),
+    ]
+    .into_iter()
+    .collect();
+    let args = fleet::Args::from_lookup(&|k| env.get(k).cloned()).expect("settings");
+    assert_eq!(
+        args.fleet,
+        fleet::Shape {
+            processes: 2,
+            workers: 2
+        }
+    );
+    let report = fleet::fleet(&args).await.expect("the fleet benchmark runs");
+
+    assert_eq!(report["exactly_once"], true, "{report:#}");
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "one round: the baseline, then the fleet");
+    for (run, (config, processes)) in runs.iter().zip([("baseline", 1), ("fleet", 2)]) {
+        assert_eq!(run["config"], config);
+        assert_eq!(run["processes"], processes);
+        assert_eq!(run["workers"], 2);
+        assert_eq!(run["rows"], 2000);
+        let check = &run["check"];
+        assert_eq!(check["exactly_once"], true, "{run:#}");
+        assert_eq!(check["jobs_in_queues"], 2000);
+        for k in [
+            "missing",
+            "duplicated",
+            "unexpected",
+            "left_in_table",
+            "dead_lettered",
+        ] {
+            assert_eq!(check[k], 0, "{k}: {run:#}");
+        }
+        assert!(run["rows_per_second"].as_f64().unwrap() > 0.0);
+        // Every batch's line carried claim_ms: 2,000 rows are at least one batch.
+        assert!(run["claim_ms"]["batches"].as_u64().unwrap() >= 1, "{run:#}");
+        for k in ["p50", "p99", "max"] {
+            assert!(run["claim_ms"][k].as_f64().unwrap() > 0.0, "{k}: {run:#}");
+        }
+        assert!(run["relay_backends"].as_u64().unwrap() > 0, "{run:#}");
+        assert!(run["pg_us_per_row"].as_f64().unwrap() > 0.0, "{run:#}");
+        assert!(run["pg_all_us_per_row"].as_f64().unwrap() > 0.0, "{run:#}");
+    }
+    for config in ["baseline", "fleet"] {
+        let c = &report[config];
+        assert!(c["rows_per_second"].as_f64().unwrap() > 0.0, "{c:#}");
+        for k in ["p50", "p99", "max"] {
+            assert!(c["claim_ms"][k].as_f64().unwrap() > 0.0, "{config} {k}");
+        }
+        assert!(c["pg_us_per_row"].as_f64().unwrap() > 0.0, "{c:#}");
+    }
+    let ratio = &report["ratio"];
+    assert!(ratio["median"].as_f64().unwrap() > 0.0);
+    assert_eq!(ratio["per_round"].as_array().unwrap().len(), 1);
+
+    // Its database, its Redis keys and its logs are gone.
+    let db = report["sandbox"]["database"].as_str().unwrap().to_owned();
+    assert!(db.starts_with("jobrelay_fleet_"), "{db}");
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&database_url)
+        .await
+        .unwrap();
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&db)
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+    assert!(!exists, "{db} was dropped");
+    let ns = common::Namespace {
+        prefix: report["sandbox"]["namespace"].as_str().unwrap().to_owned(),
+        url: args.redis_url.clone(),
+    };
+    assert!(
+        ns.keys().await.is_empty(),
+        "no key left under {}",
+        ns.prefix
+    );
+    assert!(!std::env::temp_dir().join(&db).exists(), "logs removed");
+}
