@@ -36,7 +36,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use jobrelay::config::{DEFAULT_BATCH_SIZE, DEFAULT_CLAIM_SLOTS, DEFAULT_WORKERS, STATEMENT_TIMEOUT};
+use jobrelay::config::{
+    DEFAULT_BATCH_SIZE, DEFAULT_CLAIM_SLOTS, DEFAULT_WORKERS, STATEMENT_TIMEOUT,
+};
 use jobrelay::relay::{self, BatchSettings, Health, RedisSink, RelaySettings};
 use jobrelay::{Enqueuer, Job, TableName};
 use serde_json::json;

@@ -8,19 +8,20 @@
 //! FLEET_ROWS=20000 FLEET_PROCESSES=4 FLEET_WORKERS=2 FLEET_ROUNDS=1 cargo run --release --example fleet
 //! ```
 //!
-//! Each round runs the baseline, then the fleet. Each run: empty the table (TRUNCATE), COPY
-//! `FLEET_ROWS` rows (200-byte payloads over 4 queues, uuids chosen here) with no relay
-//! running, `VACUUM (ANALYZE)`, then start the relay processes together (the real binary,
-//! `--http-addr off --log-format json --workers W`, default batch size, `RUST_LOG=
-//! info,jobrelay=debug`, stderr to a file per process) and time until every job is in Redis
-//! and the table is empty. Then check exactly-once (every COPYed uuid in the queues once, no
+//! Each round runs the baseline, then the fleet. Each run: empty the table (TRUNCATE), start
+//! the relay processes (the real binary, `--http-addr off --log-format json --workers W`,
+//! default batch size and claim slots, `RUST_LOG=info,jobrelay=debug`, stderr to a file per
+//! process) and wait until each has logged that it reached Postgres and Redis (plus 300 ms for
+//! its workers to start), then COPY `FLEET_ROWS` rows (200-byte payloads over 4 queues, uuids
+//! chosen here) in one transaction and time from its commit until every job is in Redis and
+//! the table is empty: a running fleet draining a backlog, as sidecars do, not process
+//! start-up. Then check exactly-once (every COPYed uuid in the queues once, no
 //! other job, nothing left in the table or the dead letters), SIGTERM the relays and require
 //! exit 0, read their logs, and delete the namespace's keys.
 //!
 //! Per run: rows/s; the claim statement's duration (`claim_ms` of every "batch committed" debug
 //! line of every process: p50, p99, max); Postgres CPU per row (µs), from `/proc`: the relays'
-//! own backends (found by their `application_name`; every one of them starts after the clock
-//! does, so all of its CPU counts) and, for reference, every Postgres process on the host
+//! own backends (found by their `application_name`; CPU counted from the commit of the rows) and, for reference, every Postgres process on the host
 //! (which includes the WAL writer, the checkpointer, and any other client of this server);
 //! the relays' and Redis's CPU per row; cores busy. Per configuration, the medians over the
 //! rounds; per round, and as a median, the ratio fleet/baseline of the drain rates.
@@ -516,6 +517,9 @@ struct Relay {
     log: PathBuf,
 }
 
+/// Time given to the relays' workers to start after their logs say they are connected.
+const SETTLE: Duration = Duration::from_millis(300);
+
 /// The relay processes of one run. Dropped without [`Fleet::stop`] (a failed run), it kills
 /// them.
 struct Fleet {
@@ -559,6 +563,27 @@ impl Fleet {
             fleet.relays.push(Relay { child, pid, log });
         }
         Ok(fleet)
+    }
+
+    /// Waits until every relay has reached Postgres and Redis (its log says both
+    /// "connected"), then [`SETTLE`] for its workers to start.
+    async fn wait_ready(&mut self) -> Result<(), BoxError> {
+        let t0 = Instant::now();
+        loop {
+            self.check_alive()?;
+            let ready = self.relays.iter().all(|r| {
+                let text = std::fs::read_to_string(&r.log).unwrap_or_default();
+                text.contains("\"postgres connected\"") && text.contains("\"redis connected\"")
+            });
+            if ready {
+                tokio::time::sleep(SETTLE).await;
+                return Ok(());
+            }
+            if t0.elapsed() > Duration::from_secs(60) {
+                return Err("relays not connected after 60 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// An error if a relay exited (none should before SIGTERM).
@@ -786,13 +811,16 @@ async fn drain(
     shape: Shape,
 ) -> Result<(Value, Vec<f64>), BoxError> {
     sb.reset_table().await?;
-    let uuids = sb.copy_rows(args.rows).await?;
+    // The relays run before the rows arrive, as a fleet of sidecars does: the clock measures
+    // draining a backlog that commits at once, not starting processes.
+    let mut fleet = Fleet::start(sb, args, shape, &format!("round{round_no}-{config}"))?;
+    fleet.wait_ready().await?;
     let mut con = sb.redis_con().await?;
     let load = load_average();
+    let uuids = sb.copy_rows(args.rows).await?;
     let before = Snapshot::take(&sb.redis).await;
     let spawned_at: DateTime<Utc> = SystemTime::now().into();
     let t0 = Instant::now();
-    let mut fleet = Fleet::start(sb, args, shape, &format!("round{round_no}-{config}"))?;
     loop {
         fleet.check_alive()?;
         if sb.jobs_in_queues(&mut con).await? >= args.rows && sb.table_empty().await? {
