@@ -1504,3 +1504,102 @@ async fn acknowledged_pushes_survive_an_oom_outage_longer_than_the_dedup_ttl(poo
         t.lost.len(),
     );
 }
+
+/// Which of `pids` owns the local TCP port `port` (a Postgres session's `client_port`), from
+/// `/proc/<pid>/fd` (socket inodes) and `/proc/net/tcp{,6}` (local port -> inode).
+fn owner_of_port(pids: &[i32], port: i32) -> Option<i32> {
+    let mut inode = None;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        for line in std::fs::read_to_string(table)
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+        {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local_port = f.get(1).and_then(|a| a.rsplit(':').next());
+            if local_port.and_then(|p| i32::from_str_radix(p, 16).ok()) == Some(port) {
+                inode = f.get(9).map(|s| s.to_string());
+            }
+        }
+    }
+    let wanted = format!("socket:[{}]", inode?);
+    pids.iter().copied().find(|pid| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy() == wanted))
+    })
+}
+
+/// A fleet of three relays (two workers each, two claim slots): kill -9 of a relay that holds
+/// a batch in the middle of a drain loses nothing and doubles nothing, and its rows are taken
+/// over by the others well within the idle-in-transaction timeout (`--push-timeout` + 15 s).
+#[sqlx::test]
+async fn kill_9_of_a_relay_in_a_fleet_loses_nothing(pool: PgPool) {
+    const ROWS: i64 = 30_000;
+    let redis = RedisServer::start();
+    let ns = Namespace::on(&redis.url());
+    let db = database_url_of(&pool).await;
+    let inserted = insert_bulk(&pool, ROWS).await;
+    let mut logs = Logs::new();
+    let mut relays: Vec<Relay> = (0..3)
+        .map(|_| logs.start(&db, &redis.url(), &ns, &["--batch-size", "500"]))
+        .collect();
+    let pids: Vec<i32> = relays.iter().map(|r| r.child.pid()).collect();
+    // A relay with a batch in hand: the owner of a session inside a claim transaction.
+    let (p, pids_ref) = (&pool, &pids);
+    let victim = std::sync::Mutex::new(None);
+    let v = &victim;
+    wait_until(
+        "a relay holding a batch",
+        Duration::from_secs(60),
+        || async move {
+            let ports: Vec<i32> = sqlx::query_scalar(
+                "SELECT client_port FROM pg_stat_activity
+                 WHERE datname = current_database() AND application_name = 'jobrelay'
+                   AND xact_start IS NOT NULL AND pid <> pg_backend_pid()",
+            )
+            .fetch_all(p)
+            .await
+            .unwrap();
+            let found = ports
+                .into_iter()
+                .find_map(|port| owner_of_port(pids_ref, port));
+            *v.lock().unwrap() = found;
+            found.is_some() && pending_count(p).await < ROWS
+        },
+    )
+    .await;
+    let victim = victim.into_inner().unwrap().expect("found above");
+    let i = pids.iter().position(|&p| p == victim).unwrap();
+    relays[i].child.kill9().await;
+    let killed = Instant::now();
+    let left = pending_count(&pool).await;
+    println!("killed relay {i} (pid {victim}) holding a batch; {left} rows pending");
+    assert!(left > 0, "the kill came after the drain ended");
+    wait_pending_at_most(&pool, 0, Duration::from_secs(120)).await;
+    let took = killed.elapsed();
+    println!("the rest drained {took:?} after the kill");
+    for (j, r) in relays.iter_mut().enumerate().filter(|(j, _)| *j != i) {
+        assert_eq!(
+            r.terminate(Duration::from_secs(30)).await.0,
+            Some(0),
+            "relay {j}"
+        );
+    }
+    let in_redis = list_uuids(&ns, "queue:default").await;
+    let t = tally(&inserted, &in_redis, &HashSet::new());
+    t.assert_exactly_once();
+    assert_eq!(in_redis.len() as i64, ROWS);
+    assert_eq!(dead_count(&pool).await, 0);
+    // The killed relay's sessions end with its sockets, so its slot and rows are free at once;
+    // the bound is the idle-in-transaction timeout for a relay that vanished without closing.
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    figures(
+        "fleet_kill_9",
+        t.relayed,
+        Batches::of(&log_lines(&logs.files())).duplicates,
+        t.lost.len(),
+    );
+}
