@@ -1,7 +1,8 @@
 //! The fleet benchmark (`examples/fleet`) runs with tiny sizes so that it cannot rot. Not a
-//! timed test: it checks that both configurations ran, delivered every job exactly once, and
-//! reported their figures, and that the database, the keys and the logs are gone. The relays
-//! are this build's debug binary, handed over as `JOBRELAY_BIN` like any other setting.
+//! timed test: it checks that both configurations and the idle-fleet stage ran, delivered every
+//! job exactly once, and reported their figures (not whether they meet the targets), and that
+//! the database, the keys and the logs are gone. The relays are this build's debug binary,
+//! handed over as `JOBRELAY_BIN` like any other setting.
 
 #[path = "../examples/fleet/main.rs"]
 #[allow(dead_code)]
@@ -23,6 +24,10 @@ async fn the_fleet_benchmark_runs_with_small_sizes_and_cleans_up() {
         ("FLEET_WORKERS", "2".to_owned()),
         ("FLEET_ROUNDS", "1".to_owned()),
         ("FLEET_TIMEOUT", "2m".to_owned()),
+        ("FLEET_IDLE_RELAYS", "2".to_owned()),
+        ("FLEET_IDLE_SECONDS", "2".to_owned()),
+        ("FLEET_LATENCY_ROWS", "10".to_owned()),
+        ("FLEET_QUIET_ROWS", "2".to_owned()),
         ("JOBRELAY_BIN", env!("CARGO_BIN_EXE_jobrelay").to_owned()),
         ("DATABASE_URL", database_url.clone()),
         ("REDIS_URL", common::redis_url()),
@@ -81,6 +86,43 @@ async fn the_fleet_benchmark_runs_with_small_sizes_and_cleans_up() {
     assert!(ratio["median"].as_f64().unwrap() > 0.0);
     assert_eq!(ratio["per_round"].as_array().unwrap().len(), 1);
 
+    // The idle stage: 2 relays of the default 2 workers, 2 s idle, 10 + 2 single rows.
+    let idle = &report["idle"];
+    assert_eq!(idle["relays"], 2, "{idle:#}");
+    assert_eq!(idle["workers"], 2, "{idle:#}");
+    assert!(idle["relay_backends"].as_u64().unwrap() >= 2, "{idle:#}");
+    assert!(idle["seconds"].as_f64().unwrap() >= 2.0, "{idle:#}");
+    for k in [
+        "pg_pct_of_core",
+        "pg_relay_backends_pct_of_core",
+        "relays_pct_of_core",
+        "redis_pct_of_core",
+    ] {
+        assert!(idle[k].as_f64().unwrap() >= 0.0, "{k}: {idle:#}");
+    }
+    assert!(idle["pg_pct_of_core"].as_f64().unwrap() > 0.0, "{idle:#}");
+    for (series, rows) in [("steady", 10), ("quiet", 2)] {
+        let s = &idle["latency_ms"][series];
+        assert_eq!(s["series"], series, "{idle:#}");
+        assert_eq!(s["rows"], rows, "{series}: {idle:#}");
+        assert_eq!(s["popped"], rows, "{series}: {idle:#}");
+        assert_eq!(s["missing"], 0, "{series}: {idle:#}");
+        let (p50, p99, max) = (
+            s["p50"].as_f64().unwrap(),
+            s["p99"].as_f64().unwrap(),
+            s["max"].as_f64().unwrap(),
+        );
+        assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{series}: {idle:#}");
+        assert!(s["p99_ok"].is_boolean(), "{series}: {idle:#}");
+    }
+    assert!(idle["targets"]["pg_ok"].is_boolean(), "{idle:#}");
+    assert!(idle["targets"]["p99_ok"].is_boolean(), "{idle:#}");
+    let check = &idle["check"];
+    assert_eq!(check["exactly_once"], true, "{idle:#}");
+    assert_eq!(check["popped"], 12, "{idle:#}");
+    assert_eq!(check["jobs_in_queues"], 12, "{idle:#}");
+    assert_eq!(report["settings"]["idle"]["relays"], 2);
+
     // Its database, its Redis keys and its logs are gone.
     let db = report["sandbox"]["database"].as_str().unwrap().to_owned();
     assert!(db.starts_with("jobrelay_fleet_"), "{db}");
@@ -104,4 +146,42 @@ async fn the_fleet_benchmark_runs_with_small_sizes_and_cleans_up() {
         ns.prefix
     );
     assert!(!std::env::temp_dir().join(&db).exists(), "logs removed");
+}
+
+#[test]
+fn the_idle_stage_is_on_by_default_and_off_with_zero_relays() {
+    let bin = env!("CARGO_BIN_EXE_jobrelay").to_owned();
+    let defaults = fleet::Args::from_lookup(&|k| (k == "JOBRELAY_BIN").then(|| bin.clone()))
+        .expect("settings");
+    assert_eq!(
+        defaults.idle,
+        Some(fleet::IdleArgs {
+            relays: 24,
+            window: std::time::Duration::from_secs(10),
+            latency_rows: 200,
+            latency_gap: std::time::Duration::from_millis(50),
+            quiet_rows: 20,
+            quiet_gap: std::time::Duration::from_secs(2),
+        })
+    );
+    let off = fleet::Args::from_lookup(&|k| match k {
+        "JOBRELAY_BIN" => Some(bin.clone()),
+        "FLEET_IDLE_RELAYS" => Some("0".into()),
+        _ => None,
+    })
+    .expect("settings");
+    assert_eq!(off.idle, None);
+    for (k, v) in [
+        ("FLEET_IDLE_RELAYS", "-1"),
+        ("FLEET_IDLE_SECONDS", "0"),
+        ("FLEET_LATENCY_ROWS", "0"),
+        ("FLEET_LATENCY_GAP", "fast"),
+    ] {
+        let r = fleet::Args::from_lookup(&|key| match key {
+            "JOBRELAY_BIN" => Some(bin.clone()),
+            _ if key == k => Some(v.into()),
+            _ => None,
+        });
+        assert!(r.is_err(), "{k}={v} is refused");
+    }
 }

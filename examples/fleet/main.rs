@@ -26,9 +26,28 @@
 //! the relays' and Redis's CPU per row; cores busy. Per configuration, the medians over the
 //! rounds; per round, and as a median, the ratio fleet/baseline of the drain rates.
 //!
+//! Then, once, the idle fleet (issue: "24 idle relays cost Postgres at most 5 % of one core
+//! together, and a single committed row reaches Redis within 50 ms with 24 relays running"):
+//! `FLEET_IDLE_RELAYS` relays of the default workers on the empty table, ready, then 2 s more;
+//! over `FLEET_IDLE_SECONDS` the CPU of every Postgres process on the host (and of the relays'
+//! backends alone), of the relays (their threads' `schedstat`) and of Redis, as percentages of
+//! one core. Then a consumer thread BRPOPs the queues on a blocking connection while rows are
+//! inserted one by one, each in its own transaction (autocommit INSERT, uuid chosen here): the
+//! "steady" series, `FLEET_LATENCY_ROWS` rows one every `FLEET_LATENCY_GAP`, and the "quiet"
+//! series, `FLEET_QUIET_ROWS` rows each after `FLEET_QUIET_GAP` without one (longer than the
+//! relays' 1 s poll interval: every worker is waiting for a notification). A row's latency runs
+//! from its INSERT returning to the consumer's BRPOP returning it; per series p50, p90, p99,
+//! max. Then SIGTERM (exit 0), exactly-once over the popped jobs, and a summary on stderr with
+//! PASS/FAIL against the targets (Postgres ≤ 5 % of a core, steady p99 ≤ 50 ms): informational,
+//! only exactly-once fails the benchmark. 24 idle relays hold about 4 connections each: mind
+//! the server's `max_connections` (reported).
+//!
 //! Settings by environment: `FLEET_ROWS` (default 100000), `FLEET_PROCESSES` (6),
 //! `FLEET_WORKERS` (4), `FLEET_ROUNDS` (3), `FLEET_TIMEOUT` (per drain, default `10m`),
-//! `FLEET_KEEP_LOGS` (non-empty: keep the relays' logs and print where), `DATABASE_URL`
+//! `FLEET_KEEP_LOGS` (non-empty: keep the relays' logs and print where), `FLEET_IDLE_RELAYS`
+//! (24; 0 skips the idle stage), `FLEET_IDLE_SECONDS` (10), `FLEET_LATENCY_ROWS` (200),
+//! `FLEET_LATENCY_GAP` (`50ms`), `FLEET_QUIET_ROWS` (20; 0: no quiet series), `FLEET_QUIET_GAP`
+//! (`2s`), `DATABASE_URL`
 //! (default `postgres://postgres@127.0.0.1:5432/postgres`; the benchmark creates and drops its
 //! own database `jobrelay_fleet_<random>` next to it), `REDIS_URL` (default
 //! `redis://127.0.0.1:6379`; namespace `fleet<random>:`, deleted at the end), `JOBRELAY_BIN`
@@ -103,6 +122,24 @@ pub struct Args {
     pub timeout: Duration,
     /// Keep the relays' log files.
     pub keep_logs: bool,
+    /// The idle-fleet stage after the rounds; `None` skips it (`FLEET_IDLE_RELAYS=0`).
+    pub idle: Option<IdleArgs>,
+}
+
+/// The idle-fleet stage: what an idle fleet costs, and how soon it relays a single row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdleArgs {
+    /// Relay processes, each with the default workers.
+    pub relays: usize,
+    /// How long the idle fleet's CPU is measured.
+    pub window: Duration,
+    /// Rows of the "steady" latency series, and the time between their inserts.
+    pub latency_rows: usize,
+    pub latency_gap: Duration,
+    /// Rows of the "quiet" series (0: none), each after this long without a row, longer than
+    /// the relays' poll interval so that every worker is waiting for a notification.
+    pub quiet_rows: usize,
+    pub quiet_gap: Duration,
 }
 
 impl Args {
@@ -136,11 +173,43 @@ impl Args {
             )
             .into());
         }
-        let timeout = match var("FLEET_TIMEOUT") {
-            None => Duration::from_secs(600),
-            Some(v) => {
-                humantime::parse_duration(&v).map_err(|e| format!("FLEET_TIMEOUT={v:?}: {e}"))?
+        let non_negative = |k: &str, default: usize| -> Result<usize, BoxError> {
+            match var(k) {
+                None => Ok(default),
+                Some(v) => usize::from_str(&v)
+                    .map_err(|_| format!("{k}={v:?}: expected a non-negative integer").into()),
             }
+        };
+        let duration = |k: &str, default: Duration| -> Result<Duration, BoxError> {
+            match var(k) {
+                None => Ok(default),
+                Some(v) => {
+                    Ok(humantime::parse_duration(&v).map_err(|e| format!("{k}={v:?}: {e}"))?)
+                }
+            }
+        };
+        let timeout = duration("FLEET_TIMEOUT", Duration::from_secs(600))?;
+        let idle = match non_negative("FLEET_IDLE_RELAYS", 24)? {
+            0 => None,
+            relays => Some(IdleArgs {
+                relays,
+                window: match var("FLEET_IDLE_SECONDS") {
+                    None => Duration::from_secs(10),
+                    Some(v) => match f64::from_str(&v) {
+                        Ok(s) if s > 0.0 && s.is_finite() => Duration::from_secs_f64(s),
+                        _ => {
+                            return Err(format!(
+                                "FLEET_IDLE_SECONDS={v:?}: expected a positive number"
+                            )
+                            .into())
+                        }
+                    },
+                },
+                latency_rows: positive("FLEET_LATENCY_ROWS", 200)?,
+                latency_gap: duration("FLEET_LATENCY_GAP", Duration::from_millis(50))?,
+                quiet_rows: non_negative("FLEET_QUIET_ROWS", 20)?,
+                quiet_gap: duration("FLEET_QUIET_GAP", Duration::from_secs(2))?,
+            }),
         };
         Ok(Args {
             database_url: var("DATABASE_URL")
@@ -155,6 +224,7 @@ impl Args {
             relay_bin,
             timeout,
             keep_logs: var("FLEET_KEEP_LOGS").is_some(),
+            idle,
         })
     }
 }
@@ -321,12 +391,7 @@ impl Sandbox {
             let uuid = Uuid::new_v4();
             uuids.push(uuid);
             buf.push_str(&format!("{uuid}\tfleet{}\tProcessThing\t\\\\x", i % QUEUES));
-            let head = format!("{{\"thing_id\":{i},\"pad\":\"");
-            for b in head
-                .bytes()
-                .chain(std::iter::repeat(b'x'))
-                .take(PAYLOAD_BYTES)
-            {
+            for b in payload(i) {
                 buf.push(HEX[(b >> 4) as usize] as char);
                 buf.push(HEX[(b & 15) as usize] as char);
             }
@@ -343,6 +408,26 @@ impl Sandbox {
             .execute(&self.pool)
             .await?;
         Ok(uuids)
+    }
+
+    /// Inserts one row (queue `fleet<i % 4>`, the payload of row `i`) in a transaction of its
+    /// own on `conn` (autocommit); returns its uuid and when the commit returned.
+    async fn insert_row(
+        &self,
+        conn: &mut PgConnection,
+        i: usize,
+    ) -> Result<(Uuid, Instant), BoxError> {
+        let uuid = Uuid::new_v4();
+        sqlx::query(
+            "INSERT INTO pending_jobs (uuid, queue, job_type, payload)
+             VALUES ($1, $2, 'ProcessThing', $3)",
+        )
+        .bind(uuid)
+        .bind(format!("fleet{}", i % QUEUES))
+        .bind(payload(i))
+        .execute(&mut *conn)
+        .await?;
+        Ok((uuid, Instant::now()))
     }
 
     /// The lengths of the queues, summed.
@@ -380,10 +465,27 @@ impl Sandbox {
     /// Exactly-once: every COPYed uuid is in the queues once, no other job is, and nothing is
     /// left in the table or its dead letters.
     async fn check(&self, uuids: &[Uuid]) -> Result<Value, BoxError> {
+        self.check_with(uuids, &[]).await
+    }
+
+    /// [`Sandbox::check`], where the jobs a consumer `popped` from the queues (their uuids;
+    /// `None`: not a job) count as in the queues.
+    async fn check_with(&self, uuids: &[Uuid], popped: &[Option<Uuid>]) -> Result<Value, BoxError> {
         const CHUNK: isize = 10_000;
         let expected: HashSet<Uuid> = uuids.iter().copied().collect();
         let mut seen: HashSet<Uuid> = HashSet::with_capacity(uuids.len());
         let (mut in_queues, mut duplicated, mut unexpected) = (0usize, 0usize, 0usize);
+        for uuid in popped {
+            in_queues += 1;
+            match uuid {
+                Some(uuid) if expected.contains(uuid) => {
+                    if !seen.insert(*uuid) {
+                        duplicated += 1;
+                    }
+                }
+                _ => unexpected += 1,
+            }
+        }
         let mut con = self.redis_con().await?;
         for q in 0..QUEUES {
             let mut start = 0isize;
@@ -426,6 +528,7 @@ impl Sandbox {
         Ok(json!({
             "exactly_once": ok,
             "jobs_in_queues": in_queues,
+            "popped": popped.len(),
             "missing": missing,
             "duplicated": duplicated,
             "unexpected": unexpected,
@@ -433,6 +536,15 @@ impl Sandbox {
             "dead_lettered": dead,
         }))
     }
+}
+
+/// The payload of row `i`: 200 bytes of JSON-ish text, `{"thing_id":<i>,"pad":"xxx...`.
+fn payload(i: usize) -> Vec<u8> {
+    format!("{{\"thing_id\":{i},\"pad\":\"")
+        .bytes()
+        .chain(std::iter::repeat(b'x'))
+        .take(PAYLOAD_BYTES)
+        .collect()
 }
 
 /// The benchmark's relays, database, Redis keys and logs, removed at the end of a run or on
@@ -608,6 +720,14 @@ impl Fleet {
             .iter()
             .filter_map(|r| procfs::process_cpu_seconds(r.pid))
             .sum()
+    }
+
+    /// CPU counters of each relay process now (for [`procfs::ProcessCpu::since`]).
+    fn cpu(&self) -> Vec<procfs::ProcessCpu> {
+        self.relays
+            .iter()
+            .map(|r| procfs::process_cpu(r.pid))
+            .collect()
     }
 
     /// SIGTERM to every relay, then waits for each to exit 0.
@@ -898,6 +1018,345 @@ async fn drain(
     Ok((run, logs.claim_ms))
 }
 
+/// The idle-fleet targets of the issue: Postgres CPU (all of it) while the fleet idles, as a
+/// percentage of one core, and a single row's latency p99.
+const IDLE_PG_TARGET_PCT: f64 = 5.0;
+const IDLE_P99_TARGET_MS: f64 = 50.0;
+/// Quiet time after the idle fleet is ready and before its CPU is measured: 24 processes that
+/// just started are still opening their pools on a small machine.
+const IDLE_SETTLE: Duration = Duration::from_secs(2);
+/// Longest wait for a series' last rows to be popped after its last insert.
+const POP_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A job the consumer popped: its uuid (`None`: not a job) and when BRPOP returned it.
+struct Popped {
+    uuid: Option<Uuid>,
+    at: Instant,
+}
+
+/// A thread that BRPOPs the queues on a blocking connection of its own and hands every job
+/// over with the instant it arrived. Dropped, it stops within a second.
+struct Consumer {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    incoming: std::sync::mpsc::Receiver<Popped>,
+    /// What it popped so far (see [`Consumer::collect`]).
+    popped: Vec<Popped>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+}
+
+impl Consumer {
+    fn start(sb: &Sandbox) -> Result<Consumer, BoxError> {
+        let keys: Vec<String> = (0..QUEUES).map(|q| sb.queue_key(q)).collect();
+        let mut con = sb.redis.get_connection()?;
+        con.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (tx, incoming) = std::sync::mpsc::channel();
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || -> Result<(), String> {
+            while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                let item: Option<(String, Vec<u8>)> = redis::cmd("BRPOP")
+                    .arg(&keys)
+                    .arg(1)
+                    .query(&mut con)
+                    .map_err(|e| format!("BRPOP: {e}"))?;
+                let at = Instant::now();
+                if let Some((_, bytes)) = item {
+                    let uuid = jobrelay::proto::v1::Job::decode(bytes.as_slice())
+                        .ok()
+                        .and_then(|job| job.uuid.parse().ok());
+                    if tx.send(Popped { uuid, at }).is_err() {
+                        break;
+                    }
+                }
+            }
+            Ok(())
+        });
+        Ok(Consumer {
+            stop,
+            incoming,
+            popped: Vec::new(),
+            thread: Some(thread),
+        })
+    }
+
+    /// Takes in what the thread popped so far; an error if the thread ended early.
+    fn collect(&mut self) -> Result<(), BoxError> {
+        self.popped.extend(self.incoming.try_iter());
+        if self.thread.as_ref().is_some_and(|t| t.is_finished()) {
+            self.finish()?;
+            return Err("the consumer stopped early".into());
+        }
+        Ok(())
+    }
+
+    /// Waits until every uuid of `want` was popped, or [`POP_DEADLINE`].
+    async fn wait_for(&mut self, want: &[Uuid]) -> Result<(), BoxError> {
+        let t0 = Instant::now();
+        loop {
+            self.collect()?;
+            let seen: HashSet<Uuid> = self.popped.iter().filter_map(|p| p.uuid).collect();
+            if want.iter().all(|u| seen.contains(u)) || t0.elapsed() > POP_DEADLINE {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Stops the thread, waits for it (at most a BRPOP's second), and takes in the rest of what
+    /// it popped.
+    fn finish(&mut self) -> Result<(), BoxError> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let result = match self.thread.take() {
+            Some(t) => t.join().map_err(|_| "the consumer panicked")?,
+            None => Ok(()),
+        };
+        self.popped.extend(self.incoming.try_iter());
+        Ok(result?)
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A signed duration `later - earlier` in milliseconds.
+fn ms_between(earlier: Instant, later: Instant) -> f64 {
+    match later.checked_duration_since(earlier) {
+        Some(d) => d.as_secs_f64() * 1000.0,
+        None => -(earlier.duration_since(later).as_secs_f64() * 1000.0),
+    }
+}
+
+/// One latency series: `rows` rows inserted one by one, each in its own transaction, `gap`
+/// apart (`quiet`: `gap` of silence before each row, so that each finds the fleet idle;
+/// else on a fixed schedule, one every `gap`), then until all were popped. The rows' uuids
+/// and commit instants, in order.
+async fn latency_series(
+    sb: &Sandbox,
+    consumer: &mut Consumer,
+    fleet: &mut Fleet,
+    rows: usize,
+    gap: Duration,
+    quiet: bool,
+    first: usize,
+) -> Result<Vec<(Uuid, Instant)>, BoxError> {
+    let mut conn = sb.pool.acquire().await?;
+    let mut committed = Vec::with_capacity(rows);
+    let start = tokio::time::Instant::now();
+    for i in 0..rows {
+        if quiet {
+            tokio::time::sleep(gap).await;
+        } else {
+            tokio::time::sleep_until(start + gap * i as u32).await;
+        }
+        fleet.check_alive()?;
+        consumer.collect()?;
+        committed.push(sb.insert_row(&mut conn, first + i).await?);
+    }
+    drop(conn);
+    let want: Vec<Uuid> = committed.iter().map(|(u, _)| *u).collect();
+    consumer.wait_for(&want).await?;
+    Ok(committed)
+}
+
+/// Latency figures of one series: from each commit to its pop.
+fn latency_stats(
+    name: &str,
+    committed: &[(Uuid, Instant)],
+    popped: &HashMap<Uuid, Instant>,
+    gap: Duration,
+) -> Value {
+    let mut ms: Vec<f64> = committed
+        .iter()
+        .filter_map(|(u, at)| popped.get(u).map(|p| ms_between(*at, *p)))
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    let missing = committed.len() - ms.len();
+    let p99 = percentile(&ms, 0.99);
+    json!({
+        "series": name,
+        "rows": committed.len(),
+        "gap_ms": round(gap.as_secs_f64() * 1000.0, 1),
+        "popped": ms.len(),
+        "missing": missing,
+        "p50": round(percentile(&ms, 0.50), 2),
+        "p90": round(percentile(&ms, 0.90), 2),
+        "p99": round(p99, 2),
+        "max": round(ms.last().copied().unwrap_or(0.0), 2),
+        "mean": round(ms.iter().sum::<f64>() / ms.len().max(1) as f64, 2),
+        "p99_ok": missing == 0 && !ms.is_empty() && p99 <= IDLE_P99_TARGET_MS,
+    })
+}
+
+/// The idle-fleet stage (issue: "an idle fleet is cheap and still quick"): `relays` relays of
+/// the default workers on an empty table; the CPU of all of Postgres, of the relays and of
+/// Redis while they idle; then single rows' latency from commit to a consumer's BRPOP.
+async fn idle_stage(sb: &Sandbox, args: &Args, idle: &IdleArgs) -> Result<Value, BoxError> {
+    let shape = Shape {
+        processes: idle.relays,
+        workers: jobrelay::config::DEFAULT_WORKERS,
+    };
+    sb.reset_table().await?;
+    let max_connections: String = sqlx::query_scalar("SHOW max_connections")
+        .fetch_one(&sb.pool)
+        .await?;
+    let mut fleet = Fleet::start(sb, args, shape, "idle")?;
+    fleet.wait_ready().await?;
+    tokio::time::sleep(IDLE_SETTLE).await;
+    fleet.check_alive()?;
+
+    // Idle cost.
+    let load = load_average();
+    let before = Snapshot::take(&sb.redis).await;
+    let relays_before = fleet.cpu();
+    tokio::time::sleep(idle.window).await;
+    let relays_after = fleet.cpu();
+    let after = Snapshot::take(&sb.redis).await;
+    fleet.check_alive()?;
+    let backends = sb.relay_backends().await?;
+    let wall = after.at.duration_since(before.at).as_secs_f64();
+    let pct = |cpu: f64| round(cpu / wall * 100.0, 3);
+    let pg_all = after.postgres_since(&before, None).map(pct);
+    let pg_relay = after.postgres_since(&before, Some(&backends)).map(pct);
+    let relays: Option<f64> = relays_after
+        .iter()
+        .zip(&relays_before)
+        .map(|(a, b)| a.since(b))
+        .sum();
+    let redis = after.redis.zip(before.redis).map(|(a, b)| pct(a - b));
+
+    // Latency: a consumer BRPOPs while single rows commit.
+    let mut consumer = Consumer::start(sb)?;
+    let steady = latency_series(
+        sb,
+        &mut consumer,
+        &mut fleet,
+        idle.latency_rows,
+        idle.latency_gap,
+        false,
+        0,
+    )
+    .await?;
+    let quiet = latency_series(
+        sb,
+        &mut consumer,
+        &mut fleet,
+        idle.quiet_rows,
+        idle.quiet_gap,
+        true,
+        idle.latency_rows,
+    )
+    .await?;
+    consumer.finish()?;
+    let popped = std::mem::take(&mut consumer.popped);
+    drop(consumer);
+    fleet.stop().await?;
+    let logs = Logs::read(&fleet)?;
+    drop(fleet);
+    let uuids: Vec<Uuid> = steady.iter().chain(&quiet).map(|(u, _)| *u).collect();
+    let popped_uuids: Vec<Option<Uuid>> = popped.iter().map(|p| p.uuid).collect();
+    let check = sb.check_with(&uuids, &popped_uuids).await?;
+    let mut con = sb.redis_con().await?;
+    unlink_keys(&mut con, &sb.namespace).await;
+
+    let mut first_pop: HashMap<Uuid, Instant> = HashMap::new();
+    for p in &popped {
+        if let Some(u) = p.uuid {
+            first_pop.entry(u).or_insert(p.at);
+        }
+    }
+    let steady = latency_stats("steady", &steady, &first_pop, idle.latency_gap);
+    let quiet =
+        (idle.quiet_rows > 0).then(|| latency_stats("quiet", &quiet, &first_pop, idle.quiet_gap));
+    let pg_ok = pg_all.is_some_and(|p| p <= IDLE_PG_TARGET_PCT);
+    let report = json!({
+        "relays": shape.processes,
+        "workers": shape.workers,
+        "relay_backends": backends.len(),
+        "max_connections": max_connections.parse::<u64>().ok(),
+        "seconds": round(wall, 3),
+        "pg_pct_of_core": pg_all,
+        "pg_relay_backends_pct_of_core": pg_relay,
+        "relays_pct_of_core": relays.map(pct),
+        "redis_pct_of_core": redis,
+        "busy_cores": round((after.busy - before.busy) / wall.max(1e-9), 3),
+        "load_average_before": load,
+        "latency_ms": { "steady": steady, "quiet": quiet },
+        "targets": {
+            "pg_pct_of_core": IDLE_PG_TARGET_PCT,
+            "p99_ms": IDLE_P99_TARGET_MS,
+            "pg_ok": pg_ok,
+            "p99_ok": steady["p99_ok"],
+        },
+        "batches": logs.claim_ms.len(),
+        "claimed": logs.claimed,
+        "log_warnings": logs.warnings,
+        "first_warning": logs.first_warning,
+        "check": check,
+    });
+    let verdict = |ok: bool| if ok { "PASS" } else { "FAIL" };
+    let pct_text = |v: &Value| {
+        v.as_f64()
+            .map_or_else(|| "n/a".to_owned(), |x| format!("{x:.2} %"))
+    };
+    note!(
+        "fleet: idle {}x{}: Postgres {} of a core over {:.1} s (relays' {} backends {}) [target \
+         ≤ {IDLE_PG_TARGET_PCT} %: {}]; relays {}, Redis {}",
+        shape.processes,
+        shape.workers,
+        pct_text(&report["pg_pct_of_core"]),
+        wall,
+        backends.len(),
+        pct_text(&report["pg_relay_backends_pct_of_core"]),
+        verdict(pg_ok),
+        pct_text(&report["relays_pct_of_core"]),
+        pct_text(&report["redis_pct_of_core"]),
+    );
+    let series = |s: &Value| {
+        format!(
+            "{} ms gap: commit -> BRPOP ms p50/p99/max {}/{}/{} ({} rows{}) [p99 ≤ \
+             {IDLE_P99_TARGET_MS} ms: {}]",
+            show(&s["gap_ms"]),
+            show(&s["p50"]),
+            show(&s["p99"]),
+            show(&s["max"]),
+            s["rows"],
+            match s["missing"].as_u64() {
+                Some(0) | None => String::new(),
+                Some(n) => format!(", {n} NOT popped"),
+            },
+            verdict(s["p99_ok"] == true),
+        )
+    };
+    note!(
+        "fleet: idle {}x{}: {}",
+        shape.processes,
+        shape.workers,
+        series(&report["latency_ms"]["steady"])
+    );
+    if !report["latency_ms"]["quiet"].is_null() {
+        note!(
+            "fleet: idle {}x{}: {}",
+            shape.processes,
+            shape.workers,
+            series(&report["latency_ms"]["quiet"])
+        );
+    }
+    note!(
+        "fleet: idle {}x{}: exactly once: {}; {} log warnings{}",
+        shape.processes,
+        shape.workers,
+        report["check"]["exactly_once"],
+        logs.warnings,
+        report["first_warning"]
+            .as_str()
+            .map_or_else(String::new, |w| format!(", first: {w}")),
+    );
+    Ok(report)
+}
+
 /// A JSON number as `{}` prints an f64 (80000, 0.853), anything else as JSON.
 fn show(v: &Value) -> String {
     v.as_f64().map_or_else(|| v.to_string(), |x| x.to_string())
@@ -950,7 +1409,7 @@ async fn run(args: &Args, sb: &Sandbox) -> Result<Value, BoxError> {
         |config: &str| -> Vec<&Value> { runs.iter().filter(|r| r["config"] == config).collect() };
     let baseline = summarize(BASELINE, &of("baseline"), &claims["baseline"]);
     let fleet = summarize(args.fleet, &of("fleet"), &claims["fleet"]);
-    let exactly_once = runs.iter().all(|r| r["check"]["exactly_once"] == true);
+    let rounds_exactly_once = runs.iter().all(|r| r["check"]["exactly_once"] == true);
     let of_medians = fleet["rows_per_second"].as_f64().unwrap_or(0.0)
         / baseline["rows_per_second"]
             .as_f64()
@@ -996,7 +1455,7 @@ async fn run(args: &Args, sb: &Sandbox) -> Result<Value, BoxError> {
         show(&fleet["pg_all_us_per_row"]),
     );
     note!(
-        "  ratio fleet/baseline: median {} (rounds: {}); exactly once: {exactly_once}",
+        "  ratio fleet/baseline: median {} (rounds: {}); exactly once: {rounds_exactly_once}",
         show(&ratio["median"]),
         ratios
             .iter()
@@ -1004,6 +1463,12 @@ async fn run(args: &Args, sb: &Sandbox) -> Result<Value, BoxError> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    let idle = match &args.idle {
+        Some(idle) => idle_stage(sb, args, idle).await?,
+        None => Value::Null,
+    };
+    let exactly_once =
+        rounds_exactly_once && (idle.is_null() || idle["check"]["exactly_once"] == true);
     Ok(json!({
         "settings": {
             "rows": args.rows,
@@ -1015,11 +1480,20 @@ async fn run(args: &Args, sb: &Sandbox) -> Result<Value, BoxError> {
             "payload_bytes": PAYLOAD_BYTES,
             "relay_bin": args.relay_bin.display().to_string(),
             "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            "idle": args.idle.as_ref().map(|i| json!({
+                "relays": i.relays,
+                "seconds": i.window.as_secs_f64(),
+                "latency_rows": i.latency_rows,
+                "latency_gap_ms": i.latency_gap.as_secs_f64() * 1000.0,
+                "quiet_rows": i.quiet_rows,
+                "quiet_gap_ms": i.quiet_gap.as_secs_f64() * 1000.0,
+            })),
         },
         "runs": runs,
         "baseline": baseline,
         "fleet": fleet,
         "ratio": ratio,
+        "idle": idle,
         "exactly_once": exactly_once,
     }))
 }
@@ -1090,7 +1564,10 @@ async fn main() {
                 serde_json::to_string_pretty(&report).expect("a JSON value")
             );
             if report["exactly_once"] != true {
-                note!("fleet: exactly-once did NOT hold (see each run's \"check\")");
+                note!(
+                    "fleet: exactly-once did NOT hold (see each run's \"check\" and the idle \
+                     stage's)"
+                );
                 std::process::exit(1);
             }
         }

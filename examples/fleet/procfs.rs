@@ -1,6 +1,7 @@
 //! CPU time from `/proc`, for the fleet benchmark: the Postgres server processes (by pid, in
 //! nanoseconds from `schedstat`, so that summing dozens of short-lived backends does not add up
-//! their clock-tick truncations), whole processes (the relays, from `stat`), and the machine.
+//! their clock-tick truncations), whole processes (the relays, from `stat`, or from their
+//! threads' `schedstat` for the idle fleet), and the machine.
 //! The Postgres part is a minimal copy of `examples/bench/cpu.rs`, which keeps its helpers
 //! private and reads whole-tick figures.
 
@@ -55,6 +56,55 @@ pub fn postgres_cpu_seconds() -> Option<HashMap<u32, f64>> {
 pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat_cpu(&stat).map(|(_, cpu)| cpu)
+}
+
+/// The CPU time of one (multi-threaded) process at one instant, two ways: `stat`'s whole-tick
+/// total (every thread, living or gone) and each living thread's `schedstat` run time (ns).
+/// An idle relay uses a tick or two in ten seconds, so ticks alone would be mostly truncation.
+pub struct ProcessCpu {
+    stat: Option<f64>,
+    tasks: Option<HashMap<u32, f64>>,
+}
+
+/// [`ProcessCpu`] of `pid` now.
+pub fn process_cpu(pid: u32) -> ProcessCpu {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()
+        .and_then(|dir| {
+            let mut tasks = HashMap::new();
+            for entry in dir.flatten() {
+                // A thread that ended meanwhile is left out.
+                let tid = entry.file_name().to_str().and_then(|n| n.parse().ok());
+                let ns = std::fs::read_to_string(entry.path().join("schedstat"))
+                    .ok()
+                    .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok());
+                if let (Some(tid), Some(ns)) = (tid, ns) {
+                    tasks.insert(tid, ns / 1e9);
+                }
+            }
+            (!tasks.is_empty()).then_some(tasks)
+        });
+    ProcessCpu {
+        stat: process_cpu_seconds(pid),
+        tasks,
+    }
+}
+
+impl ProcessCpu {
+    /// CPU seconds since `earlier`: from the threads' run times when no thread ended meanwhile
+    /// (a thread that started counts whole), else from the ticks.
+    pub fn since(&self, earlier: &ProcessCpu) -> Option<f64> {
+        if let (Some(now), Some(then)) = (&self.tasks, &earlier.tasks) {
+            if then.keys().all(|tid| now.contains_key(tid)) {
+                return Some(
+                    now.iter()
+                        .map(|(tid, cpu)| cpu - then.get(tid).copied().unwrap_or(0.0))
+                        .sum(),
+                );
+            }
+        }
+        Some(self.stat? - earlier.stat?)
+    }
 }
 
 /// Busy (not idle, not waiting for I/O) seconds of all cores, from `/proc/stat`.
