@@ -138,23 +138,6 @@ impl<S: JobSink> Batcher<S> {
         started: Instant,
     ) -> Result<Report> {
         let mut tx = self.bounded("postgres begin", conn.begin()).await?;
-        if let Some(slots) = self.settings.claim_slots {
-            let slot: Option<i32> = self
-                .bounded(
-                    "postgres claim slot",
-                    sqlx::query_scalar(&self.queries.claim_slot)
-                        .bind(slots as i32)
-                        .fetch_optional(&mut *tx),
-                )
-                .await?;
-            if slot.is_none() {
-                self.bounded("postgres rollback", tx.rollback()).await?;
-                return Ok(Report {
-                    no_slot: true,
-                    ..Report::default()
-                });
-            }
-        }
         let begun = started.elapsed();
         let mut report = self.claim_push_settle(&mut tx, older_than).await?;
         report.stages.begin = begun;
@@ -198,6 +181,7 @@ impl<S: JobSink> Batcher<S> {
                     .bind(older_than.map(|d| d.as_secs_f64()))
                     .bind(self.settings.max_batch_bytes as i64)
                     .bind(self.settings.max_job_bytes as i64)
+                    .bind(self.settings.claim_slots.unwrap_or(0) as i32)
                     .fetch_all(&mut *conn),
             )
             .await?;
@@ -208,6 +192,16 @@ impl<S: JobSink> Batcher<S> {
         };
         report.stages.claim = claiming.elapsed();
         if claimed.is_empty() {
+            if self.settings.claim_slots.is_some() {
+                // Empty table, or no free slot? Only an idle poll pays this round trip.
+                let held: Option<String> = self
+                    .bounded(
+                        "postgres claim",
+                        sqlx::query_scalar(&self.queries.slot_held).fetch_one(&mut *conn),
+                    )
+                    .await?;
+                report.no_slot = held.as_deref() == Some("false");
+            }
             return Ok(report);
         }
 

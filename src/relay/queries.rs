@@ -24,6 +24,12 @@ pub const ROW_OVERHEAD_BYTES: i64 = 200;
 /// SQL statements for one outbox table.
 #[derive(Debug, Clone)]
 pub struct Queries {
+    /// When `$5` is not 0, first takes the first free of `$5` claim slots for the transaction
+    /// (transaction-level advisory locks `(CLAIM_SLOT_CLASS + slot, hashtext(<channel>))`,
+    /// released at commit or rollback, and by the server when the relay's session dies) and
+    /// claims nothing without one, in the same round trip. Whether it got one is also left in
+    /// the transaction's setting `jobrelay.slot_held` ([`Queries::slot_held`]), which the
+    /// relay reads only when the claim came back empty.
     /// Claims and deletes claimable rows in `id` order, skipping locked ones: at most `$1`
     /// rows and, past the first row, at most `$3` bytes (payloads plus
     /// [`ROW_OVERHEAD_BYTES`] a row); when `$2` (seconds) is not null, only rows created at
@@ -38,11 +44,8 @@ pub struct Queries {
     pub retry: String,
     /// Moves rows to the dead-letter table.
     pub dead_letter: String,
-    /// Takes the first free of `$1` claim slots for this transaction, returning its number,
-    /// or no row when all are taken: transaction-level advisory locks
-    /// `(CLAIM_SLOT_CLASS + slot, hashtext(<channel>))`, released at commit or rollback, and
-    /// by the server when the relay's session dies.
-    pub claim_slot: String,
+    /// After a claim in the same transaction: whether it held a claim slot (`"true"`).
+    pub slot_held: String,
 }
 
 /// First key of claim slot 0; slot `n` is `CLAIM_SLOT_CLASS + n` (`--claim-slots` is at most
@@ -73,12 +76,18 @@ impl Queries {
             // Rows come back in physical order; the relay sorts them by `id`.
             // `ClaimedRow` decodes the RETURNING list by position: keep the two in step.
             claim: format!(
-                "WITH locked AS MATERIALIZED (
+                "WITH slot AS (
+                     SELECT set_config('jobrelay.slot_held', ($5::int4 = 0 OR EXISTS (
+                         SELECT 1 FROM generate_series(0, $5::int4 - 1) AS s
+                         WHERE pg_try_advisory_xact_lock({CLAIM_SLOT_CLASS} + s, hashtext({channel}))
+                     ))::text, true)::bool AS held
+                 ), locked AS MATERIALIZED (
                      SELECT ctid, id, octet_length(payload) > $4::int8 AS oversize,
                             CASE WHEN octet_length(payload) > $4::int8 THEN 0
                                  ELSE octet_length(payload) END + {ROW_OVERHEAD_BYTES} AS counted
                      FROM {t}
-                     WHERE available_at <= now()
+                     WHERE (SELECT held FROM slot)
+                       AND available_at <= now()
                        AND ($2::float8 IS NULL OR created_at <= now() - $2 * interval '1 second')
                      ORDER BY id
                      LIMIT $1
@@ -114,16 +123,11 @@ impl Queries {
                            parent_uuid, predecessor_uuid, dead_parent, run_at,
                            headers::text AS headers, created_at, attempts,
                            octet_length(payload) > $4::int8 AS buried,
-                           NOT (SELECT all_fit FROM fits) AS capped"
-            ),
-            retry: format!("INSERT INTO {t} ({ROW_COLUMNS}) SELECT {UNNEST_SELECT} FROM {UNNEST}"),
-            // `LIMIT 1` stops at the first lock taken: slots are tried in order.
-            claim_slot: format!(
-                "SELECT s FROM generate_series(0, $1 - 1) AS s
-                 WHERE pg_try_advisory_xact_lock({CLAIM_SLOT_CLASS} + s, hashtext({channel}))
-                 LIMIT 1",
+                           NOT (SELECT all_fit FROM fits) AS capped",
                 channel = sql_literal(&table.channel())
             ),
+            retry: format!("INSERT INTO {t} ({ROW_COLUMNS}) SELECT {UNNEST_SELECT} FROM {UNNEST}"),
+            slot_held: "SELECT current_setting('jobrelay.slot_held', true)".to_owned(),
             dead_letter: format!(
                 "INSERT INTO {d} ({ROW_COLUMNS}) SELECT {UNNEST_SELECT} FROM {UNNEST}"
             ),

@@ -11,8 +11,8 @@ use crate::error::{Dependency, Reason};
 pub struct Report {
     /// Rows claimed.
     pub claimed: u64,
-    /// No claim slot was free (`--claim-slots`): other workers of the fleet are claiming;
-    /// nothing was claimed, try again later.
+    /// Nothing was claimed because every claim slot (`--claim-slots`) was taken by other
+    /// workers of the fleet: look again after the poll interval, not at every wake-up.
     pub no_slot: bool,
     /// The batch stopped at a limit (`--batch-size` rows or `--batch-max-bytes`): more rows
     /// may be waiting, claim again at once.

@@ -13,6 +13,9 @@ use super::sink::JobSink;
 use crate::backoff::Backoff;
 use crate::telemetry::redact;
 
+/// The first wait of a worker that found every claim slot taken; it doubles while that goes on.
+const FIRST_SLOT_WAIT: Duration = Duration::from_millis(25);
+
 /// Repeats batches until `shutdown`: a full batch (`batch_size` rows, or stopped at the byte
 /// cap) loops at once; otherwise the worker waits for a wake-up or `poll_interval`. A transient failure backs off (100 ms doubling to 30 s, with
 /// jitter), cut short when [`Health`] sees a dependency recover. The batch in hand when
@@ -27,6 +30,7 @@ pub async fn work<S: JobSink>(
     shutdown: CancellationToken,
 ) {
     let mut backoff = Backoff::transient();
+    let mut slot_wait = FIRST_SLOT_WAIT;
     let mut recovered = health.recoveries();
     while !shutdown.is_cancelled() {
         health.beat();
@@ -35,19 +39,23 @@ pub async fn work<S: JobSink>(
         let started = Instant::now();
         let idle_wait = match batcher.run_once(None).await {
             Ok(report) if report.no_slot => {
-                // The fleet's claim slots are all busy: those workers drain the table; look
-                // again after the poll interval (not at every wake-up, which can come every
-                // millisecond while a relay is awake).
+                // The fleet's claim slots are busy: their holders drain the table. Look again
+                // soon (a slot taken by another relay's idle poll is free in a millisecond),
+                // then less and less often, up to the poll interval: not at every wake-up,
+                // which comes every millisecond while this relay holds the wake-up lock.
                 health.batch_completed();
                 health.ok_at(Dependency::Postgres, started);
                 backoff.reset();
+                let wait = slot_wait;
+                slot_wait = (slot_wait * 2).min(poll_interval);
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(poll_interval) => {}
+                    _ = tokio::time::sleep(wait) => {}
                 }
                 continue;
             }
             Ok(report) => {
+                slot_wait = FIRST_SLOT_WAIT;
                 health.batch_completed();
                 if report.claimed > 0 {
                     activity.mark();
