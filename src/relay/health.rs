@@ -300,11 +300,6 @@ impl Health {
         self.table.is_up()
     }
 
-    /// Ready: Postgres and Redis reachable and writable, and the outbox table present.
-    pub fn is_ready(&self) -> bool {
-        self.is_up(Dependency::Postgres) && self.is_up(Dependency::Redis) && self.table_present()
-    }
-
     /// `Ok` when ready, otherwise one line per thing that is not, naming its reason, e.g.
     /// `redis: out of memory (OOM command not allowed ...)`.
     pub fn readiness(&self) -> Result<(), Vec<String>> {
