@@ -44,7 +44,7 @@ pub struct Flags {
     /// Prefix of every Redis key, e.g. `app1:` [env: JOBRELAY_NAMESPACE] [default: empty]
     #[arg(long, global = true, value_name = "PREFIX")]
     pub namespace: Option<String>,
-    /// Rows claimed per transaction [env: JOBRELAY_BATCH_SIZE] [default: 2000]
+    /// Rows claimed per transaction [env: JOBRELAY_BATCH_SIZE] [default: 1000]
     #[arg(long, global = true, value_name = "N")]
     pub batch_size: Option<String>,
     /// Bytes claimed per transaction and sent per Redis script call (payloads plus ~200 bytes a

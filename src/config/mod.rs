@@ -89,7 +89,7 @@ pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postg
 /// Default Redis URL.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// Default rows per batch (chosen by benchmark).
-pub const DEFAULT_BATCH_SIZE: usize = 2000;
+pub const DEFAULT_BATCH_SIZE: usize = 1000;
 /// Default `--batch-max-bytes` (chosen by measurement; see the README).
 pub const DEFAULT_BATCH_MAX_BYTES: usize = crate::enqueue::DEFAULT_MAX_CALL_BYTES;
 /// Default `--max-job-size` (see the README).

@@ -14,6 +14,7 @@ pub mod queries;
 pub mod report;
 mod row;
 pub mod sink;
+pub mod slots;
 pub mod supervise;
 pub mod sweep;
 pub mod wakeup;
@@ -87,6 +88,7 @@ pub fn spawn<S: JobSink + 'static>(
     ));
     let queries = Arc::new(Queries::new(&settings.table));
     let batch = Arc::new(settings.batch.clone());
+    let slots = Arc::new(slots::SlotGate::default());
     for sink in sinks {
         let batcher = Arc::new(Batcher::new(
             pool.clone(),
@@ -94,11 +96,12 @@ pub fn spawn<S: JobSink + 'static>(
             batch.clone(),
             sink,
         ));
-        let (h, stop, wake, a) = (
+        let (h, stop, wake, a, g) = (
             health.clone(),
             shutdown.clone(),
             wake_rx.clone(),
             activity.clone(),
+            slots.clone(),
         );
         let (batch_size, poll) = (settings.batch.batch_size, settings.poll_interval);
         tracker.spawn(supervise::supervised(
@@ -112,6 +115,7 @@ pub fn spawn<S: JobSink + 'static>(
                     poll,
                     wake.clone(),
                     a.clone(),
+                    g.clone(),
                     h.clone(),
                     stop.clone(),
                 )

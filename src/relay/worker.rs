@@ -10,52 +10,51 @@ use super::batch::Batcher;
 use super::health::{Dependency, Health};
 use super::lease::Activity;
 use super::sink::JobSink;
+use super::slots::SlotGate;
 use crate::backoff::Backoff;
 use crate::telemetry::redact;
 
-/// The first wait of a worker that found every claim slot taken; it doubles while that goes on.
-const FIRST_SLOT_WAIT: Duration = Duration::from_millis(25);
-
 /// Repeats batches until `shutdown`: a full batch (`batch_size` rows, or stopped at the byte
 /// cap) loops at once; otherwise the worker waits for a wake-up or `poll_interval`. A transient failure backs off (100 ms doubling to 30 s, with
-/// jitter), cut short when [`Health`] sees a dependency recover. The batch in hand when
-/// `shutdown` fires is finished, not abandoned.
+/// jitter), cut short when [`Health`] sees a dependency recover. While the fleet's claim slots
+/// are all taken, the relay's workers wait at `slots` (one of them asks). The batch in hand
+/// when `shutdown` fires is finished, not abandoned.
+#[allow(clippy::too_many_arguments)]
 pub async fn work<S: JobSink>(
     batcher: Arc<Batcher<S>>,
     batch_size: usize,
     poll_interval: Duration,
     mut wake: watch::Receiver<u64>,
     activity: Arc<Activity>,
+    slots: Arc<SlotGate>,
     health: Arc<Health>,
     shutdown: CancellationToken,
 ) {
     let mut backoff = Backoff::transient();
-    let mut slot_wait = FIRST_SLOT_WAIT;
     let mut recovered = health.recoveries();
     while !shutdown.is_cancelled() {
         health.beat();
         wake.borrow_and_update();
         recovered.borrow_and_update();
+        let Some(pass) = slots.admit(&shutdown).await else {
+            break;
+        };
         let started = Instant::now();
         let idle_wait = match batcher.run_once(None).await {
             Ok(report) if report.no_slot => {
-                // The fleet's claim slots are busy: their holders drain the table. Look again
-                // soon (a slot taken by another relay's idle poll is free in a millisecond),
-                // then less and less often, up to the poll interval: not at every wake-up,
-                // which comes every millisecond while this relay holds the wake-up lock.
+                // The fleet's claim slots are busy: their holders drain the table. This relay
+                // looks again soon (a slot taken by another relay's idle poll is free in a
+                // millisecond), then less and less often, up to the poll interval: not at every
+                // wake-up, which comes every millisecond while this relay holds the wake-up
+                // lock. Its other workers do not ask meanwhile.
                 health.batch_completed();
                 health.ok_at(Dependency::Postgres, started);
                 backoff.reset();
-                let wait = slot_wait;
-                slot_wait = (slot_wait * 2).min(poll_interval);
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(wait) => {}
-                }
+                pass.none_free(poll_interval);
                 continue;
             }
             Ok(report) => {
-                slot_wait = FIRST_SLOT_WAIT;
+                pass.got_one();
                 health.batch_completed();
                 if report.claimed > 0 {
                     activity.mark();
