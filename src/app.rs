@@ -250,8 +250,8 @@ async fn run_check(config: &Config) -> Result<ExitCode> {
 
 fn describe(c: &Config) -> String {
     format!(
-        "database {}, redis {}, table {}, namespace {:?}, batch size {}, workers {}",
-        c.database_url, c.redis_url, c.table, c.namespace, c.batch_size, c.workers
+        "database {}, redis {}, table {}, namespace {:?}, layout {}, batch size {}, workers {}",
+        c.database_url, c.redis_url, c.table, c.namespace, c.layout, c.batch_size, c.workers
     )
 }
 
@@ -269,6 +269,7 @@ fn batch_settings(config: &Config) -> BatchSettings {
         claim_slots: None,
         max_attempts: config.max_attempts,
         statement_timeout: STATEMENT_TIMEOUT,
+        layout: config.layout,
     }
 }
 
@@ -281,7 +282,7 @@ async fn run_sweep(config: &Config) -> Result<ExitCode> {
     let sink = RedisSink::new(config.enqueuer(), con, config.push_timeout);
     let batcher = Batcher::new(
         pool,
-        Arc::new(relay::Queries::new(&config.table)),
+        Arc::new(relay::Queries::for_layout(&config.table, config.layout)),
         Arc::new(batch_settings(config)),
         sink,
     );
@@ -365,6 +366,7 @@ pub async fn run_daemon(
     tracing::info!(
         table = %config.table,
         namespace = %config.namespace,
+        layout = %config.layout,
         workers = config.workers,
         batch_size = config.batch_size,
         database = %config.database_url,

@@ -9,7 +9,8 @@
 //! # Layout
 //!
 //! - [`job`]: the job and its validation; [`proto`]: its protobuf wire format.
-//! - [`enqueue`]: the enqueue algorithm (SPEC 5.1) and its Lua script.
+//! - [`enqueue`]: the enqueue algorithm (SPEC 5.1); [`layout`]: the Redis layouts it writes
+//!   (`jobrelay`, `conveyor`), each with its wire format, keys and Lua script.
 //! - [`relay`]: the claim loop, the sweep, the sink seam to Redis, health.
 //! - [`producer`]: the pending-job API for applications (build jobs, write their rows in the
 //!   caller's transaction, fast-path push after commit).
@@ -27,6 +28,7 @@ pub mod enqueue;
 pub mod error;
 pub mod http;
 pub mod job;
+pub mod layout;
 mod pg_timestamp;
 pub mod producer;
 pub mod proto;
@@ -38,4 +40,5 @@ pub mod telemetry;
 pub use crate::enqueue::{Enqueuer, Outcome};
 pub use crate::error::{Error, ErrorClass, Result};
 pub use crate::job::Job;
+pub use crate::layout::LayoutKind;
 pub use crate::table::TableName;

@@ -7,3 +7,10 @@ pub mod v1 {
     #![allow(missing_docs, clippy::all)]
     include!(concat!(env!("OUT_DIR"), "/jobrelay.v1.rs"));
 }
+
+/// Package `wire`: conveyor's job envelope (`proto/conveyor/wire.proto`), the wire format of
+/// the `conveyor` layout.
+pub mod wire {
+    #![allow(missing_docs, clippy::all)]
+    include!(concat!(env!("OUT_DIR"), "/wire.rs"));
+}

@@ -130,6 +130,8 @@ pub struct Config {
     pub table: TableName,
     /// `--namespace`.
     pub namespace: String,
+    /// `--layout`.
+    pub layout: crate::layout::LayoutKind,
     /// `--batch-size`.
     pub batch_size: usize,
     /// `--batch-max-bytes`.
@@ -208,6 +210,21 @@ impl Config {
                 }
             })?
             .unwrap_or_default();
+        let layout = src
+            .parse("layout", |s| s.parse::<crate::layout::LayoutKind>())?
+            .unwrap_or_default();
+        if layout == crate::layout::LayoutKind::Conveyor && !namespace.ends_with(':') {
+            // Conveyor joins its namespace to every key with ':' and never has an empty one
+            // (its default is "conv"): another prefix cannot reach a conveyor worker.
+            return Err(ConfigError {
+                culprit: "--namespace".into(),
+                reason: format!(
+                    "{namespace:?} cannot match a conveyor worker: with --layout conveyor, give \
+                     conveyor's namespace followed by ':' (conveyor's default namespace is \
+                     \"conv\": --namespace conv:)"
+                ),
+            });
+        }
         let batch_size = src
             .parse("batch_size", |s| bounded_int(s, 1, 10_000))?
             .unwrap_or(DEFAULT_BATCH_SIZE);
@@ -282,6 +299,7 @@ impl Config {
             redis_ca_file,
             table,
             namespace,
+            layout,
             batch_size,
             batch_max_bytes,
             max_job_size,
@@ -337,6 +355,7 @@ impl Config {
     /// `--batch-max-bytes` (the bytes of one script call).
     pub fn enqueuer(&self) -> crate::enqueue::Enqueuer {
         crate::enqueue::Enqueuer::new(self.namespace.clone(), self.dedup_ttl)
+            .with_layout(self.layout)
             .with_limits(self.max_job_size, self.batch_max_bytes)
     }
 

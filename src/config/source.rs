@@ -25,6 +25,7 @@ pub const OPTIONS: &[(&str, &str, Option<&str>)] = &[
     ),
     ("table", "--table", Some("JOBRELAY_TABLE")),
     ("namespace", "--namespace", Some("JOBRELAY_NAMESPACE")),
+    ("layout", "--layout", Some("JOBRELAY_LAYOUT")),
     ("batch_size", "--batch-size", Some("JOBRELAY_BATCH_SIZE")),
     (
         "batch_max_bytes",
@@ -92,7 +93,7 @@ pub(crate) struct Sources<'a> {
 }
 
 fn flag_values(f: &Flags) -> HashMap<&'static str, String> {
-    let pairs: [(&'static str, &Option<String>); 20] = [
+    let pairs: [(&'static str, &Option<String>); 21] = [
         ("database_url", &f.database_url),
         ("database_url_file", &f.database_url_file),
         ("redis_url", &f.redis_url),
@@ -100,6 +101,7 @@ fn flag_values(f: &Flags) -> HashMap<&'static str, String> {
         ("redis_ca_file", &f.redis_ca_file),
         ("table", &f.table),
         ("namespace", &f.namespace),
+        ("layout", &f.layout),
         ("batch_size", &f.batch_size),
         ("batch_max_bytes", &f.batch_max_bytes),
         ("max_job_size", &f.max_job_size),

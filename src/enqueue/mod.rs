@@ -1,8 +1,8 @@
 //! The Redis enqueue algorithm (SPEC 5.1), as a library function.
 //!
-//! [`Enqueuer::enqueue_batch`] runs steps 3-8 for many jobs in one `EVALSHA` of
-//! `enqueue.lua` (loaded again whenever Redis answers `NOSCRIPT`, e.g. after a restart). The
-//! script is atomic: a crash never leaves half of a job's writes behind. Inside it, each job is
+//! [`Enqueuer::enqueue_batch`] runs the algorithm for many jobs in one `EVALSHA` of the
+//! layout's script ([`crate::layout`]; loaded again whenever Redis answers `NOSCRIPT`, e.g.
+//! after a restart). The script is atomic: a crash never leaves half of a job's writes behind. Inside it, each job is
 //! checked (dedup marker, key types) before anything is written, so a job the script refuses
 //! leaves no trace and its retry is not mistaken for a duplicate.
 
@@ -15,7 +15,8 @@ use redis::Value;
 
 pub use self::outcome::Outcome;
 use crate::error::{Error, Result};
-use crate::job::{epoch_score, Job};
+use crate::job::Job;
+use crate::layout::{Layout, LayoutKind};
 
 /// Jobs per script call. Bounds how long one call blocks Redis (a few milliseconds).
 pub const MAX_JOBS_PER_CALL: usize = 1000;
@@ -28,22 +29,13 @@ pub const DEFAULT_MAX_JOB_BYTES: usize = 8 * 1024 * 1024;
 /// measurements.
 pub const DEFAULT_MAX_CALL_BYTES: usize = 8 * 1024 * 1024;
 
-/// What one job adds to a script call besides its marshalled bytes, the namespace (twice) and
-/// its queue name, all counted separately: an upper bound, so that a call never carries more
-/// than its byte limit. The marker key `jobs:<uuid>` (41 bytes), the queue key's `queue:` (6),
-/// the longest route `1|<uuid>|<uuid>|<score>` (76 plus a score of at most 24 characters), and
-/// the framing of the four bulk strings, `$<len>\r\n...\r\n` (5 each plus the digits of their
-/// lengths: at most 3, 3, 3 and 10): 186.
-const ARGS_OVERHEAD: usize = 192;
-
-const SCRIPT: &str = include_str!("enqueue.lua");
-
 /// Runs the enqueue algorithm against one Redis, under one key namespace.
 ///
 /// Cheap to clone; holds no connection. Pass any redis-rs async connection
 /// (`MultiplexedConnection`, `ConnectionManager`, ...) to its methods.
 #[derive(Clone, Debug)]
 pub struct Enqueuer {
+    layout: &'static dyn Layout,
     namespace: String,
     dedup_ttl_ms: u64,
     max_job_bytes: usize,
@@ -55,17 +47,41 @@ pub struct Enqueuer {
 pub type JobResult = Result<Outcome>;
 
 impl Enqueuer {
-    /// An enqueuer writing keys under `namespace` (e.g. `"app1:"`, or `""` for none) whose
-    /// dedup markers expire after `dedup_ttl` (`Duration::ZERO`: never), with the default
-    /// size limits ([`DEFAULT_MAX_JOB_BYTES`], [`DEFAULT_MAX_CALL_BYTES`]).
+    /// An enqueuer writing the `jobrelay` layout's keys under `namespace` (e.g. `"app1:"`, or
+    /// `""` for none) whose dedup markers expire after `dedup_ttl` (`Duration::ZERO`: never),
+    /// with the default size limits ([`DEFAULT_MAX_JOB_BYTES`], [`DEFAULT_MAX_CALL_BYTES`]).
     pub fn new(namespace: impl Into<String>, dedup_ttl: Duration) -> Self {
+        let layout = LayoutKind::Jobrelay.layout();
         Enqueuer {
+            layout,
             namespace: namespace.into(),
             dedup_ttl_ms: dedup_ttl.as_millis().try_into().unwrap_or(u64::MAX),
             max_job_bytes: DEFAULT_MAX_JOB_BYTES,
             max_call_bytes: DEFAULT_MAX_CALL_BYTES,
-            script: redis::Script::new(SCRIPT),
+            script: redis::Script::new(layout.script()),
         }
+    }
+
+    /// The same enqueuer writing another layout's keys and wire format.
+    pub fn with_layout(mut self, layout: LayoutKind) -> Self {
+        self.layout = layout.layout();
+        self.script = redis::Script::new(self.layout.script());
+        self
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> LayoutKind {
+        self.layout.kind()
+    }
+
+    /// The dedup marker's key of a job.
+    pub fn marker_key(&self, uuid: uuid::Uuid) -> String {
+        self.layout.marker_key(&self.namespace, uuid)
+    }
+
+    /// The key of a queue's list.
+    pub fn queue_key(&self, queue: &str) -> String {
+        self.layout.queue_key(&self.namespace, queue)
     }
 
     /// The same enqueuer with other size limits: a job whose marshalled form exceeds
@@ -109,6 +125,12 @@ impl Enqueuer {
         jobs: &[Job],
     ) -> Result<Vec<JobResult>> {
         let mut results: Vec<Option<JobResult>> = Vec::with_capacity(jobs.len());
+        results.resize_with(jobs.len(), || None);
+        let order = if self.layout.orders_flows() {
+            dependents_first(jobs)
+        } else {
+            (0..jobs.len()).collect()
+        };
         // Indexes (into `jobs`) of the jobs in the current call, and the call's size.
         let mut sent: Vec<usize> = Vec::with_capacity(jobs.len().min(MAX_JOBS_PER_CALL));
         let mut call_bytes = 0;
@@ -118,13 +140,14 @@ impl Enqueuer {
         // The key and route arguments are built in this one buffer, which the invocation
         // copies from: no `String` of its own for each key or route.
         let mut scratch = String::new();
-        for (i, job) in jobs.iter().enumerate() {
+        for i in order {
+            let job = &jobs[i];
             buf.clear();
             if let Err(e) = self.marshal_checked(job, &mut buf) {
-                results.push(Some(Err(e)));
+                results[i] = Some(Err(e));
                 continue;
             }
-            let size = buf.len() + 2 * self.namespace.len() + job.queue.len() + ARGS_OVERHEAD;
+            let size = buf.len() + self.layout.args_overhead(&self.namespace, job, buf.len());
             if !sent.is_empty()
                 && (sent.len() == MAX_JOBS_PER_CALL || call_bytes + size > self.max_call_bytes)
             {
@@ -137,8 +160,8 @@ impl Enqueuer {
                 call_bytes = 0;
                 invocation = self.new_invocation();
             }
-            results.push(None);
-            self.add_job(&mut invocation, job, &buf, &mut scratch);
+            self.layout
+                .push_args(&mut invocation, &self.namespace, job, &buf, &mut scratch)?;
             sent.push(i);
             call_bytes += size;
         }
@@ -173,7 +196,12 @@ impl Enqueuer {
     /// Validates and marshals `job` into `buf`, refusing one over the size limit.
     fn marshal_checked(&self, job: &Job, buf: &mut Vec<u8>) -> Result<()> {
         job.validate()?;
-        job.marshal_into(buf)?;
+        self.layout
+            .encode(job, buf)
+            .map_err(|source| Error::Marshal {
+                uuid: job.uuid,
+                source,
+            })?;
         if buf.len() > self.max_job_bytes {
             return Err(Error::TooLarge {
                 uuid: job.uuid,
@@ -188,46 +216,6 @@ impl Enqueuer {
         let mut inv = self.script.prepare_invoke();
         inv.arg(&self.namespace).arg(self.dedup_ttl_ms);
         inv
-    }
-
-    fn add_job(
-        &self,
-        inv: &mut redis::ScriptInvocation<'_>,
-        job: &Job,
-        marshalled: &[u8],
-        key: &mut String,
-    ) {
-        use std::fmt::Write as _;
-        let mut uuid = uuid::Uuid::encode_buffer();
-        key.clear();
-        key.push_str(&self.namespace);
-        key.push_str("jobs:");
-        key.push_str(job.uuid.hyphenated().encode_lower(&mut uuid));
-        inv.arg(&*key);
-        key.truncate(self.namespace.len());
-        key.push_str("queue:");
-        key.push_str(&job.queue);
-        inv.arg(&*key);
-        // The route: empty for the common case (nothing but the queue), which the script
-        // takes without parsing; see enqueue.lua.
-        key.clear();
-        if job.parent_uuid.is_some()
-            || job.predecessor_uuid.is_some()
-            || job.run_at.is_some()
-            || job.dead_parent
-        {
-            let mut parent = uuid::Uuid::encode_buffer();
-            let mut pred = uuid::Uuid::encode_buffer();
-            let _ = write!(
-                key,
-                "{}|{}|{}|{}",
-                if job.dead_parent { "1" } else { "0" },
-                uuid_arg(job.parent_uuid, &mut parent),
-                uuid_arg(job.predecessor_uuid, &mut pred),
-                job.run_at.map(epoch_score).unwrap_or_default()
-            );
-        }
-        inv.arg(&*key).arg(marshalled);
     }
 
     async fn call<C: ConnectionLike + Send>(
@@ -270,14 +258,13 @@ fn unacknowledged_from(
     acknowledged: bool,
     failed: &[usize],
     jobs: &[Job],
-    mut results: Vec<Option<JobResult>>,
+    results: Vec<Option<JobResult>>,
 ) -> Result<Vec<JobResult>> {
     if !acknowledged {
         return Err(e);
     }
     debug_assert!(failed.iter().all(|&i| results[i].is_none()));
     let (reason, message) = (e.reason(), e.to_string());
-    results.resize_with(jobs.len(), || None);
     Ok(results
         .into_iter()
         .zip(jobs)
@@ -293,16 +280,52 @@ fn unacknowledged_from(
         .collect())
 }
 
-fn uuid_arg(u: Option<uuid::Uuid>, buf: &mut [u8; 45]) -> &str {
-    match u {
-        Some(u) => u.hyphenated().encode_lower(buf),
-        None => "",
-    }
-}
-
 fn refused(job: &Job, message: String) -> Error {
     Error::Refused {
         uuid: job.uuid,
         message,
     }
 }
+
+/// Indexes of `jobs` in an order where every job comes before the job it names as its parent
+/// or predecessor, when both are among `jobs` (otherwise in the order given): should the batch
+/// be split over several script calls, a child never reaches Redis after its parent, which
+/// could have finished meanwhile. Chains deeper than [`MAX_FLOW_DEPTH`], and cycles, keep the
+/// order reached by then.
+fn dependents_first(jobs: &[Job]) -> Vec<usize> {
+    use std::collections::HashMap;
+    let position: HashMap<uuid::Uuid, usize> =
+        jobs.iter().enumerate().map(|(i, j)| (j.uuid, i)).collect();
+    let anchors: Vec<(usize, usize)> = jobs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, j)| {
+            [j.parent_uuid, j.predecessor_uuid]
+                .into_iter()
+                .flatten()
+                .filter_map(|a| position.get(&a).copied())
+                .filter(move |&a| a != i)
+                .map(move |a| (i, a))
+        })
+        .collect();
+    // level(anchor) > level(dependent); dependents first.
+    let mut level = vec![0usize; jobs.len()];
+    for _ in 0..MAX_FLOW_DEPTH {
+        let mut changed = false;
+        for &(dependent, anchor) in &anchors {
+            if level[anchor] <= level[dependent] {
+                level[anchor] = level[dependent] + 1;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&i| level[i]);
+    order
+}
+
+/// How deep a chain of parents and predecessors within one batch [`dependents_first`] orders.
+const MAX_FLOW_DEPTH: usize = 64;

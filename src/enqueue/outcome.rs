@@ -7,22 +7,27 @@ pub enum Outcome {
     Queued,
     /// Added to the `scheduled` sorted set (its `run_at` is in the future by Redis's clock).
     Scheduled,
-    /// Held in `jobs:<parent>:children` until its live parent releases it.
+    /// Held in its parent's children list until its live parent releases it.
     Children,
-    /// Held in `jobs:<predecessor>:onComplete` until its predecessor completes.
+    /// Held in its predecessor's onComplete list until its predecessor completes.
     OnComplete,
-    /// Its dedup marker `jobs:<uuid>` already existed: nothing was written.
+    /// Its dedup marker already existed: nothing was written.
     Duplicate,
+    /// Conveyor layout: a child or heir whose parent or predecessor had already finished, sent
+    /// out as a job of its own (parent and predecessor cleared), to its queue or, with a
+    /// `run_at` in the future, to the scheduled set.
+    Late,
 }
 
 impl Outcome {
     /// Every outcome, in the order of the script's codes.
-    pub const ALL: [Outcome; 5] = [
+    pub const ALL: [Outcome; 6] = [
         Outcome::Queued,
         Outcome::Scheduled,
         Outcome::Children,
         Outcome::OnComplete,
         Outcome::Duplicate,
+        Outcome::Late,
     ];
 
     /// The label used in metrics and reports.
@@ -33,6 +38,7 @@ impl Outcome {
             Outcome::Children => "children",
             Outcome::OnComplete => "on_complete",
             Outcome::Duplicate => "duplicate",
+            Outcome::Late => "late",
         }
     }
 

@@ -37,6 +37,9 @@ pub struct BatchSettings {
     /// of sidecars has at most this many batches in flight. `None`: no slot needed (the sweep,
     /// library users).
     pub claim_slots: Option<u32>,
+    /// The Redis layout the sink writes: the claim keeps flows in order for layouts that need
+    /// it ([`super::Queries::for_layout`]); late jobs are logged.
+    pub layout: crate::layout::LayoutKind,
 }
 
 impl Default for BatchSettings {
@@ -49,6 +52,7 @@ impl Default for BatchSettings {
             max_attempts: 25,
             statement_timeout: Duration::from_secs(15),
             claim_slots: None,
+            layout: crate::layout::LayoutKind::Jobrelay,
         }
     }
 }
@@ -304,6 +308,14 @@ impl<S: JobSink> Batcher<S> {
             let e = match result {
                 Ok(outcome) => {
                     report.outcomes[outcome.index()] += 1;
+                    if outcome == Outcome::Late {
+                        let name = |u: Option<Uuid>| u.map(|u| u.to_string()).unwrap_or_default();
+                        tracing::warn!(uuid = %job.uuid, id = meta.id,
+                            parent = name(job.parent_uuid),
+                            predecessor = name(job.predecessor_uuid),
+                            "late job: its parent or predecessor had already finished; \
+                             relayed as a job of its own");
+                    }
                     metrics::relay_lag((now - job.created_at).as_seconds_f64());
                     continue;
                 }

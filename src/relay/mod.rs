@@ -86,7 +86,7 @@ pub fn spawn<S: JobSink + 'static>(
             )
         },
     ));
-    let queries = Arc::new(Queries::new(&settings.table));
+    let queries = Arc::new(Queries::for_layout(&settings.table, settings.batch.layout));
     let batch = Arc::new(settings.batch.clone());
     let slots = Arc::new(slots::SlotGate::default());
     for sink in sinks {

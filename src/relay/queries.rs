@@ -1,5 +1,6 @@
 //! The relay's SQL, rendered once per table.
 
+use crate::layout::LayoutKind;
 use crate::table::TableName;
 
 /// Columns of a row handed back for a retry or a dead letter, in `unnest` order.
@@ -53,9 +54,26 @@ pub struct Queries {
 pub const CLAIM_SLOT_CLASS: i32 = 0x6A73;
 
 impl Queries {
-    /// Renders the statements for `table`.
+    /// Renders the statements for `table`, in the `jobrelay` layout.
     pub fn new(table: &TableName) -> Self {
+        Queries::for_layout(table, LayoutKind::Jobrelay)
+    }
+
+    /// Renders the statements for `table` and `layout`. When the layout orders flows
+    /// ([`crate::layout::Layout::orders_flows`]), the claim takes a row only once no other
+    /// pending row names it as its parent or predecessor: a flow's children and heirs reach
+    /// Redis before the job they wait for, and never after it might have finished. The two
+    /// partial indexes of migration 7 keep that test to two index probes per row.
+    pub fn for_layout(table: &TableName, layout: LayoutKind) -> Self {
         let t = table.pending();
+        let flows = if layout.layout().orders_flows() {
+            format!(
+                "AND NOT EXISTS (SELECT 1 FROM {t} d WHERE d.parent_uuid = {t}.uuid AND d.id <> {t}.id)
+                       AND NOT EXISTS (SELECT 1 FROM {t} d WHERE d.predecessor_uuid = {t}.uuid AND d.id <> {t}.id)"
+            )
+        } else {
+            String::new()
+        };
         let d = table.dead();
         Queries {
             // The rows are locked in `id` order, then deleted by their tuple ids: a TID scan,
@@ -89,6 +107,7 @@ impl Queries {
                      WHERE (SELECT held FROM slot)
                        AND available_at <= now()
                        AND ($2::float8 IS NULL OR created_at <= now() - $2 * interval '1 second')
+                       {flows}
                      ORDER BY id
                      LIMIT $1
                      FOR UPDATE SKIP LOCKED

@@ -18,7 +18,7 @@ pub struct Report {
     /// may be waiting, claim again at once.
     pub more: bool,
     /// Jobs per outcome, indexed like [`Outcome::ALL`].
-    pub outcomes: [u64; 5],
+    pub outcomes: [u64; Outcome::ALL.len()],
     /// Jobs the script refused (per-job failures); their rows were kept for a retry or
     /// dead-lettered at `--max-attempts`.
     pub refused: u64,
@@ -110,6 +110,10 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "claimed={}", self.claimed)?;
         for o in Outcome::ALL {
+            if o == Outcome::Late && self.outcome(o) == 0 {
+                // Only the conveyor layout has late jobs; the line stays as it was otherwise.
+                continue;
+            }
             let name = if o == Outcome::Duplicate {
                 "duplicates"
             } else {

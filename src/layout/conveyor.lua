@@ -1,0 +1,216 @@
+-- jobrelay enqueue script, conveyor layout (docs/layouts.md): conveyor's AddJob for a batch of
+-- jobs, in one atomic call, with a dedup marker of jobrelay's own and late children set free.
+--
+-- ARGV[1]  key namespace, a raw prefix ("conv:" is conveyor's namespace "conv")
+-- ARGV[2]  dedup marker TTL in milliseconds ("0": the marker never expires)
+-- then 5 values per job:
+--   marker key (<ns>jobrelay:job:<uuid>), queue key (<ns>queue:<queue>), route, the job's
+--   bytes (wire.Job), and for a child or an heir its bytes with parent_uuid and
+--   predecessor_uuid cleared ("" otherwise)
+-- where route is "" for a job with no parent, no predecessor, no run_at and dead_parent false,
+-- and otherwise
+--   <dead_parent "1"/"0">|<parent uuid or "">|<predecessor uuid or "">|<run_at exact>|<run_at whole>
+-- (epoch seconds; conveyor compares the exact instant with now and scores whole seconds).
+--
+-- Branches, in conveyor's AddJob order:
+--   parent, not dead_parent       -> LPUSH <ns>job:<parent>:children     (outcome 3)
+--   predecessor, not dead_parent  -> LPUSH <ns>job:<pred>:onComplete     (outcome 4)
+--   run_at in the future          -> ZADD <ns>scheduled <whole seconds>  (outcome 2)
+--   otherwise                     -> SADD <ns>job:<parent>:active <uuid> if it has a parent,
+--                                    LPUSH <ns>queue:<queue>             (outcome 1)
+-- except for a late job (outcome 6): its parent (or predecessor) was relayed by jobrelay and
+-- has finished since: no record <ns>job:<anchor>, and its bytes are no longer waiting where
+-- they went (queue, scheduled set, or its own parent's or predecessor's list). Nobody would
+-- drain its lists any more, and conveyor's close of a child fails when the parent's record is
+-- gone: it goes out as a job of its own (the second bytes), to the scheduled set or the queue.
+-- An anchor jobrelay never relayed, or whose marker expired, is taken to be alive (conveyor's
+-- own rule).
+--
+-- Returns one element per job, in order: an integer outcome
+--   1 queued, 2 scheduled, 3 children, 4 on_complete, 5 duplicate, 6 late
+-- or a string: why this job was refused; a refused job leaves no write behind and no marker.
+-- The marker holds <where 1 char><anchor uuid or 36 "-"><length of the queue key>:<queue key>
+-- <bytes>, where "where" is q (queue), s (scheduled), c (a parent's children), o (a
+-- predecessor's onComplete). Markers are written last.
+local ns = ARGV[1]
+local ttl = ARGV[2]
+local has_ttl = ttl ~= '0'
+local FIELDS = 5
+local n = (#ARGV - 2) / FIELDS
+local CHUNK = 1000
+local NO_ANCHOR = string.rep('-', 36)
+local MARKER_INFIX = 'jobrelay:job:'
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+
+local types = {}
+local function type_of(key)
+  local k = types[key]
+  if k == nil then
+    k = redis.call('TYPE', key)
+    if type(k) == 'table' then k = k.ok end
+    types[key] = k
+  end
+  return k
+end
+
+local lists, list_keys = {}, {}
+local sets, set_keys = {}, {}
+local zset = {}
+local markers = {}
+local seen = {}
+local result = {}
+
+local marker_of = {}
+for i = 0, n - 1 do
+  marker_of[i + 1] = ARGV[2 + i * FIELDS + 1]
+end
+local some_exist = false
+for s = 1, n, CHUNK do
+  if redis.call('EXISTS', unpack(marker_of, s, math.min(s + CHUNK - 1, n))) > 0 then
+    some_exist = true
+    break
+  end
+end
+
+local function append(tbl, order, key, value)
+  local l = tbl[key]
+  if l == nil then
+    l = {}
+    tbl[key] = l
+    order[#order + 1] = key
+  end
+  l[#l + 1] = value
+end
+
+-- Whether `bytes` still wait in the list `key` (or, with zset, in the scheduled set).
+local function in_list(key, bytes)
+  return type_of(key) == 'list' and redis.call('LPOS', key, bytes, 'RANK', -1) ~= false
+end
+
+-- Whether the job with this uuid may still drain its children and onComplete lists: pushed
+-- earlier in this call, running or waiting for its children (its record exists), never relayed
+-- by jobrelay or relayed too long ago to know (no marker), or still waiting where the relay
+-- put it (conveyor moves a job from its parent's or predecessor's list, or from the scheduled
+-- set, to its queue, re-encoded to the same bytes).
+local alive_cache = {}
+local function alive(uuid)
+  if seen[uuid] then return true end
+  local cached = alive_cache[uuid]
+  if cached ~= nil then return cached end
+  local answer = true
+  if redis.call('EXISTS', ns .. 'job:' .. uuid) == 0 then
+    local m = redis.call('GET', ns .. MARKER_INFIX .. uuid)
+    if m then
+      local where, anchor = string.sub(m, 1, 1), string.sub(m, 2, 37)
+      local colon = string.find(m, ':', 38, true)
+      local qlen = tonumber(string.sub(m, 38, colon - 1))
+      local qkey = string.sub(m, colon + 1, colon + qlen)
+      local bytes = string.sub(m, colon + qlen + 1)
+      answer = in_list(qkey, bytes)
+        or (type_of(ns .. 'scheduled') == 'zset' and redis.call('ZSCORE', ns .. 'scheduled', bytes) ~= false)
+        or (where == 'c' and in_list(ns .. 'job:' .. anchor .. ':children', bytes))
+        or (where == 'o' and in_list(ns .. 'job:' .. anchor .. ':onComplete', bytes))
+    end
+  end
+  alive_cache[uuid] = answer
+  return answer
+end
+
+for i = 0, n - 1 do
+  local b = 2 + i * FIELDS
+  local marker, queue_key, route, job, alone =
+    ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
+  local uuid = string.sub(marker, -36)
+  if seen[uuid] or (some_exist and redis.call('EXISTS', marker) == 1) then
+    result[i + 1] = 5
+  else
+    -- key: where the bytes go; where: the marker's tag; anchor: whose list it is.
+    local key, want, outcome, active, whole, where, anchor
+    local bytes = job
+    if route == '' then
+      key, want, outcome, where = queue_key, 'list', 1, 'q'
+    else
+      local dead, parent, pred, exact
+      dead, parent, pred, exact, whole = string.match(route, '^([01])|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+      if dead == nil then
+        return redis.error_reply('jobrelay enqueue script: malformed route ' .. route)
+      end
+      dead = dead == '1'
+      local future = exact ~= '' and tonumber(exact) > now
+      local late = false
+      if parent ~= '' then
+        late = not alive(parent)
+      elseif pred ~= '' and not dead then
+        late = not alive(pred)
+      end
+      if late then
+        bytes = alone
+        if future then
+          key, want, outcome, where = ns .. 'scheduled', 'zset', 6, 's'
+        else
+          key, want, outcome, where = queue_key, 'list', 6, 'q'
+        end
+      elseif parent ~= '' and not dead then
+        key, want, outcome, where, anchor = ns .. 'job:' .. parent .. ':children', 'list', 3, 'c', parent
+      elseif pred ~= '' and not dead then
+        key, want, outcome, where, anchor = ns .. 'job:' .. pred .. ':onComplete', 'list', 4, 'o', pred
+      elseif future then
+        key, want, outcome, where = ns .. 'scheduled', 'zset', 2, 's'
+      else
+        if parent ~= '' then active = ns .. 'job:' .. parent .. ':active' end
+        key, want, outcome, where = queue_key, 'list', 1, 'q'
+      end
+    end
+    local refusal
+    local have = type_of(key)
+    if have ~= 'none' and have ~= want then
+      refusal = 'WRONGTYPE key ' .. key .. ' holds a ' .. have .. ', not a ' .. want
+    elseif active then
+      local have_active = type_of(active)
+      if have_active ~= 'none' and have_active ~= 'set' then
+        refusal = 'WRONGTYPE key ' .. active .. ' holds a ' .. have_active .. ', not a set'
+      end
+    end
+    if refusal then
+      result[i + 1] = refusal
+    else
+      seen[uuid] = true
+      types[key] = want
+      if want == 'zset' then
+        zset[#zset + 1] = whole
+        zset[#zset + 1] = bytes
+      else
+        append(lists, list_keys, key, bytes)
+      end
+      if active then
+        types[active] = 'set'
+        append(sets, set_keys, active, uuid)
+      end
+      markers[#markers + 1] = marker
+      markers[#markers + 1] = where .. (anchor or NO_ANCHOR) .. #queue_key .. ':' .. queue_key .. bytes
+      result[i + 1] = outcome
+    end
+  end
+end
+
+local function variadic(cmd, key, values)
+  for s = 1, #values, CHUNK do
+    redis.call(cmd, key, unpack(values, s, math.min(s + CHUNK - 1, #values)))
+  end
+end
+
+for _, key in ipairs(list_keys) do variadic('LPUSH', key, lists[key]) end
+for _, key in ipairs(set_keys) do variadic('SADD', key, sets[key]) end
+if #zset > 0 then variadic('ZADD', ns .. 'scheduled', zset) end
+if has_ttl then
+  for m = 1, #markers, 2 do
+    redis.call('SET', markers[m], markers[m + 1], 'PX', ttl)
+  end
+else
+  for s = 1, #markers, CHUNK do
+    redis.call('MSET', unpack(markers, s, math.min(s + CHUNK - 1, #markers)))
+  end
+end
+return result

@@ -1,0 +1,98 @@
+//! jobrelay's own layout (SPEC 4, docs/layouts.md): `jobrelay.v1.Job`, keys `queue:<queue>`,
+//! `scheduled`, `jobs:<parent>:children`, `jobs:<predecessor>:onComplete`,
+//! `jobs:<parent>:active`, and the marker `jobs:<uuid>` holding the job.
+
+use std::fmt::Write as _;
+
+use prost::Message;
+use uuid::Uuid;
+
+use super::{uuid_str, Layout, LayoutKind};
+use crate::error::Result;
+use crate::job::{epoch_score, Job};
+
+/// The layout.
+pub(super) static JOBRELAY: Jobrelay = Jobrelay;
+
+/// See the module.
+#[derive(Debug)]
+pub(super) struct Jobrelay;
+
+/// What one job adds to a script call besides its marshalled bytes, the namespace (twice) and
+/// its queue name, all counted separately: an upper bound, so that a call never carries more
+/// than its byte limit. The marker key `jobs:<uuid>` (41 bytes), the queue key's `queue:` (6),
+/// the longest route `1|<uuid>|<uuid>|<score>` (76 plus a score of at most 24 characters), and
+/// the framing of the four bulk strings, `$<len>\r\n...\r\n` (5 each plus the digits of their
+/// lengths: at most 3, 3, 3 and 10): 186.
+const ARGS_OVERHEAD: usize = 192;
+
+impl Layout for Jobrelay {
+    fn kind(&self) -> LayoutKind {
+        LayoutKind::Jobrelay
+    }
+
+    fn script(&self) -> &'static str {
+        include_str!("jobrelay.lua")
+    }
+
+    fn encode(&self, job: &Job, buf: &mut Vec<u8>) -> std::result::Result<(), prost::EncodeError> {
+        job.to_proto().encode(buf)
+    }
+
+    /// Four arguments: the marker key, the queue key, the route and the marshalled job. The
+    /// route is empty for the common case (nothing but the queue), which the script takes
+    /// without parsing; see jobrelay.lua.
+    fn push_args(
+        &self,
+        inv: &mut redis::ScriptInvocation<'_>,
+        namespace: &str,
+        job: &Job,
+        encoded: &[u8],
+        key: &mut String,
+    ) -> Result<()> {
+        let mut uuid = Uuid::encode_buffer();
+        key.clear();
+        key.push_str(namespace);
+        key.push_str("jobs:");
+        key.push_str(job.uuid.hyphenated().encode_lower(&mut uuid));
+        inv.arg(&*key);
+        key.truncate(namespace.len());
+        key.push_str("queue:");
+        key.push_str(&job.queue);
+        inv.arg(&*key);
+        key.clear();
+        if job.parent_uuid.is_some()
+            || job.predecessor_uuid.is_some()
+            || job.run_at.is_some()
+            || job.dead_parent
+        {
+            let (mut parent, mut pred) = (Uuid::encode_buffer(), Uuid::encode_buffer());
+            let _ = write!(
+                key,
+                "{}|{}|{}|{}",
+                if job.dead_parent { "1" } else { "0" },
+                uuid_str(job.parent_uuid, &mut parent),
+                uuid_str(job.predecessor_uuid, &mut pred),
+                job.run_at.map(epoch_score).unwrap_or_default()
+            );
+        }
+        inv.arg(&*key).arg(encoded);
+        Ok(())
+    }
+
+    fn args_overhead(&self, namespace: &str, job: &Job, _encoded_len: usize) -> usize {
+        2 * namespace.len() + job.queue.len() + ARGS_OVERHEAD
+    }
+
+    fn marker_key(&self, namespace: &str, uuid: Uuid) -> String {
+        format!("{namespace}jobs:{}", uuid.hyphenated())
+    }
+
+    fn queue_key(&self, namespace: &str, queue: &str) -> String {
+        format!("{namespace}queue:{queue}")
+    }
+
+    fn orders_flows(&self) -> bool {
+        false
+    }
+}

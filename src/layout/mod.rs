@@ -1,0 +1,127 @@
+//! Redis layouts: what a job looks like in Redis for the workers that consume it.
+//!
+//! A layout owns three things: the job's wire encoding, the key names, and the enqueue script
+//! that writes them (with the dedup marker). [`crate::Enqueuer`] runs whichever layout it is
+//! given; everything else (claiming, settling, dead letters) is the same for every layout.
+//!
+//! - [`LayoutKind::Jobrelay`] (`--layout jobrelay`, the default): jobrelay's own protobuf
+//!   `jobrelay.v1.Job` and keys (docs/layouts.md).
+//! - [`LayoutKind::Conveyor`] (`--layout conveyor`): what the Go job runner
+//!   [conveyor](https://github.com/jpoz/conveyor) reads: its `wire.Job`, its keys and its
+//!   `AddJob` branch order, with flows kept in order and late children never stranded.
+//!
+//! Another runner's layout is one more implementation of [`Layout`] and one more variant.
+
+mod conveyor;
+mod jobrelay;
+
+use std::fmt;
+use std::str::FromStr;
+
+use uuid::Uuid;
+
+use crate::error::Result;
+use crate::job::Job;
+
+/// Which layout, as named by `--layout` / `JOBRELAY_LAYOUT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LayoutKind {
+    /// jobrelay's own layout (the default).
+    #[default]
+    Jobrelay,
+    /// The layout of the Go job runner conveyor.
+    Conveyor,
+}
+
+impl LayoutKind {
+    /// Every layout, in the order `--help` lists them.
+    pub const ALL: [LayoutKind; 2] = [LayoutKind::Jobrelay, LayoutKind::Conveyor];
+
+    /// The name `--layout` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LayoutKind::Jobrelay => "jobrelay",
+            LayoutKind::Conveyor => "conveyor",
+        }
+    }
+
+    /// The layout itself.
+    pub fn layout(self) -> &'static dyn Layout {
+        match self {
+            LayoutKind::Jobrelay => &jobrelay::JOBRELAY,
+            LayoutKind::Conveyor => &conveyor::CONVEYOR,
+        }
+    }
+}
+
+impl fmt::Display for LayoutKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for LayoutKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        LayoutKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = LayoutKind::ALL.iter().map(|k| k.as_str()).collect();
+                format!("unknown layout {s:?}; one of {}", names.join(", "))
+            })
+    }
+}
+
+/// One Redis layout: wire encoding, keys and enqueue script.
+///
+/// The script receives `ARGV[1]` = the namespace, `ARGV[2]` = the marker TTL in milliseconds
+/// (`"0"`: none), then each job's arguments from [`Layout::push_args`], and answers one element per job: an outcome code
+/// ([`crate::Outcome`]) or a string saying why it refused that job (having written nothing for
+/// it).
+pub trait Layout: Send + Sync + fmt::Debug {
+    /// Which one.
+    fn kind(&self) -> LayoutKind;
+
+    /// The enqueue script's source.
+    fn script(&self) -> &'static str;
+
+    /// Appends the job's wire encoding to `buf`.
+    fn encode(&self, job: &Job, buf: &mut Vec<u8>) -> std::result::Result<(), prost::EncodeError>;
+
+    /// Appends the job's script arguments; `encoded` is [`Layout::encode`]'s output.
+    /// `scratch` is a reusable buffer for building keys.
+    fn push_args(
+        &self,
+        inv: &mut redis::ScriptInvocation<'_>,
+        namespace: &str,
+        job: &Job,
+        encoded: &[u8],
+        scratch: &mut String,
+    ) -> Result<()>;
+
+    /// An upper bound of the bytes [`Layout::push_args`] sends for `job` besides `encoded`.
+    fn args_overhead(&self, namespace: &str, job: &Job, encoded_len: usize) -> usize;
+
+    /// The dedup marker's key for `uuid`.
+    fn marker_key(&self, namespace: &str, uuid: Uuid) -> String;
+
+    /// The queue list's key.
+    fn queue_key(&self, namespace: &str, queue: &str) -> String;
+
+    /// Whether a job must reach Redis no later than the job it names as its parent or
+    /// predecessor (so that it never lands in the lists of a job that already finished): the
+    /// claim then takes a row only once no pending row names it, and a batch goes out with
+    /// such dependents first.
+    fn orders_flows(&self) -> bool;
+}
+
+/// `u` lower-case hyphenated into `buf`, or `""`.
+pub(crate) fn uuid_str(u: Option<Uuid>, buf: &mut [u8; 45]) -> &str {
+    match u {
+        Some(u) => u.hyphenated().encode_lower(buf),
+        None => "",
+    }
+}
