@@ -25,7 +25,8 @@
 //! It works in a database of its own (`jobrelay_bench_<random>`, created next to `DATABASE_URL`,
 //! default `postgres://postgres@127.0.0.1:5432/postgres`, dropped at the end) and a Redis
 //! namespace of its own (`bench<random>:` on `REDIS_URL`, deleted at the end, and on SIGINT or
-//! SIGTERM). `BENCH_WORKERS` and `BENCH_BATCH_SIZE` override the relay defaults.
+//! SIGTERM). `BENCH_WORKERS` and `BENCH_BATCH_SIZE` override the relay defaults;
+//! `BENCH_LAYOUT=conveyor` runs the relay in the conveyor layout (default `jobrelay`).
 
 #[path = "cpu.rs"]
 mod cpu;
@@ -40,7 +41,7 @@ use jobrelay::config::{
     DEFAULT_BATCH_SIZE, DEFAULT_CLAIM_SLOTS, DEFAULT_WORKERS, STATEMENT_TIMEOUT,
 };
 use jobrelay::relay::{self, BatchSettings, Health, RedisSink, RelaySettings};
-use jobrelay::{Enqueuer, Job, TableName};
+use jobrelay::{Enqueuer, Job, LayoutKind, TableName};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection, PgPool};
@@ -64,6 +65,8 @@ pub struct Args {
     pub insert_seconds: f64,
     pub workers: usize,
     pub batch_size: usize,
+    /// `BENCH_LAYOUT`: the Redis layout (`jobrelay` or `conveyor`).
+    pub layout: LayoutKind,
 }
 
 fn env_or(name: &str, default: &str) -> String {
@@ -99,6 +102,7 @@ impl Args {
             insert_seconds: env_num("BENCH_INSERT_SECONDS", 30.0)?,
             workers: env_num("BENCH_WORKERS", DEFAULT_WORKERS)?,
             batch_size: env_num("BENCH_BATCH_SIZE", DEFAULT_BATCH_SIZE)?,
+            layout: env_or("BENCH_LAYOUT", "jobrelay").parse()?,
         })
     }
 }
@@ -294,7 +298,8 @@ async fn start_relay(
         .build()?;
     let opts = jobrelay::config::session_settings(sb.db_url.parse()?, Duration::from_secs(20));
     let pool = jobrelay::db::lazy_pool(opts, args.workers as u32 + 2);
-    let enqueuer = Enqueuer::new(sb.namespace.clone(), Duration::from_secs(900));
+    let enqueuer =
+        Enqueuer::new(sb.namespace.clone(), Duration::from_secs(900)).with_layout(args.layout);
     let mut sinks = Vec::new();
     for _ in 0..args.workers {
         // Connected on the relay's runtime, so that the connection's driver task runs there.
@@ -317,6 +322,7 @@ async fn start_relay(
             statement_timeout: STATEMENT_TIMEOUT,
             // As the daemon: its batches take a fleet-wide claim slot.
             claim_slots: Some(DEFAULT_CLAIM_SLOTS as u32),
+            layout: args.layout,
             ..BatchSettings::default()
         },
         poll_interval: Duration::from_secs(1),
@@ -396,17 +402,21 @@ async fn bench_stages(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, Bo
     let pool = jobrelay::db::lazy_pool(opts, 2);
     let con = jobrelay::redis_conn::connect(&sb.redis, Duration::from_secs(5)).await?;
     let sink = RedisSink::new(
-        Enqueuer::new(sb.namespace.clone(), Duration::from_secs(900)),
+        Enqueuer::new(sb.namespace.clone(), Duration::from_secs(900)).with_layout(args.layout),
         con,
         Duration::from_secs(5),
     );
     let batcher = relay::Batcher::new(
         pool,
-        Arc::new(relay::Queries::new(&TableName::default())),
+        Arc::new(relay::Queries::for_layout(
+            &TableName::default(),
+            args.layout,
+        )),
         Arc::new(BatchSettings {
             batch_size: args.batch_size,
             max_attempts: 25,
             statement_timeout: STATEMENT_TIMEOUT,
+            layout: args.layout,
             ..BatchSettings::default()
         }),
         sink,
@@ -454,7 +464,8 @@ type NaiveRow = (
 /// One row per transaction, one EVALSHA per job: what a straightforward relay does.
 async fn bench_naive(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, BoxError> {
     sb.copy_rows(args.naive_rows, "naive").await?;
-    let enqueuer = Enqueuer::new(sb.namespace.clone(), Duration::from_secs(900));
+    let enqueuer =
+        Enqueuer::new(sb.namespace.clone(), Duration::from_secs(900)).with_layout(args.layout);
     let mut con = sb.redis_con().await?;
     let mut conn = sb.pool.acquire().await?;
     let t0 = Instant::now();
@@ -526,6 +537,7 @@ async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, B
         let popped = popped.clone();
         let mut con = sb.redis.get_connection()?;
         let key = format!("{}queue:latency", sb.namespace);
+        let layout = args.layout;
         std::thread::spawn(move || {
             use prost::Message;
             let mut seen = 0;
@@ -541,9 +553,19 @@ async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, B
                 loop {
                     let mut popped = popped.lock().unwrap();
                     for bytes in reply.drain(..) {
-                        let job =
-                            jobrelay::proto::v1::Job::decode(bytes.as_slice()).expect("a job");
-                        popped.insert(job.uuid.parse().expect("a uuid"), now);
+                        let uuid = match layout {
+                            LayoutKind::Jobrelay => {
+                                jobrelay::proto::v1::Job::decode(bytes.as_slice())
+                                    .expect("a job")
+                                    .uuid
+                            }
+                            LayoutKind::Conveyor => {
+                                jobrelay::proto::wire::Job::decode(bytes.as_slice())
+                                    .expect("a job")
+                                    .uuid
+                            }
+                        };
+                        popped.insert(uuid.parse().expect("a uuid"), now);
                         seen += 1;
                     }
                     drop(popped);

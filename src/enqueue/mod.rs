@@ -62,6 +62,12 @@ impl Enqueuer {
         }
     }
 
+    /// The same enqueuer with markers that expire after `dedup_ttl` (`Duration::ZERO`: never).
+    pub fn with_dedup_ttl(mut self, dedup_ttl: Duration) -> Self {
+        self.dedup_ttl_ms = dedup_ttl.as_millis().try_into().unwrap_or(u64::MAX);
+        self
+    }
+
     /// The same enqueuer writing another layout's keys and wire format.
     pub fn with_layout(mut self, layout: LayoutKind) -> Self {
         self.layout = layout.layout();
@@ -329,3 +335,57 @@ fn dependents_first(jobs: &[Job]) -> Vec<usize> {
 
 /// How deep a chain of parents and predecessors within one batch [`dependents_first`] orders.
 const MAX_FLOW_DEPTH: usize = 64;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Utc;
+    use std::collections::BTreeMap;
+
+    fn job(n: u128, parent: Option<u128>, pred: Option<u128>) -> Job {
+        Job {
+            uuid: uuid::Uuid::from_u128(n),
+            queue: "q".into(),
+            job_type: "T".into(),
+            payload: Vec::new(),
+            parent_uuid: parent.map(uuid::Uuid::from_u128),
+            predecessor_uuid: pred.map(uuid::Uuid::from_u128),
+            dead_parent: false,
+            run_at: None,
+            created_at: Utc::now(),
+            headers: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn dependents_go_before_the_jobs_they_name() {
+        // 1 is the parent of 2 and the predecessor of 3; 4 is the heir of child 2; 5 stands
+        // alone; 6 names a job that is not in the batch; 7 names itself.
+        let jobs = [
+            job(1, None, None),
+            job(2, Some(1), None),
+            job(3, None, Some(1)),
+            job(4, None, Some(2)),
+            job(5, None, None),
+            job(6, Some(99), None),
+            job(7, Some(7), None),
+        ];
+        let order = dependents_first(&jobs);
+        let pos = |n: usize| order.iter().position(|&i| i == n - 1).unwrap();
+        assert!(pos(2) < pos(1) && pos(3) < pos(1), "{order:?}");
+        assert!(pos(4) < pos(2), "{order:?}");
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..jobs.len()).collect::<Vec<_>>(), "a permutation");
+        // Unrelated jobs keep their order.
+        assert!(pos(5) < pos(6) && pos(6) < pos(7), "{order:?}");
+    }
+
+    #[test]
+    fn a_cycle_still_yields_every_job_once() {
+        let jobs = [job(1, Some(2), None), job(2, Some(1), None)];
+        let mut order = dependents_first(&jobs);
+        order.sort_unstable();
+        assert_eq!(order, [0, 1]);
+    }
+}

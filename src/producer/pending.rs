@@ -16,6 +16,7 @@ use crate::config::{DEFAULT_DEDUP_TTL, DEFAULT_PUSH_TIMEOUT};
 use crate::enqueue::{Enqueuer, JobResult, Outcome};
 use crate::error::{Error, ErrorClass, Result};
 use crate::job::Job;
+use crate::layout::LayoutKind;
 use crate::table::TableName;
 
 /// What a producer shares with the relay: the outbox table, the Redis key namespace and the
@@ -78,7 +79,14 @@ impl Producer {
     /// `--dedup-ttl`; `Duration::ZERO`: forever). Default: 15 minutes.
     #[must_use]
     pub fn dedup_ttl(self, ttl: Duration) -> Self {
-        self.with(|i| i.enqueuer = Enqueuer::new(i.enqueuer.namespace().to_owned(), ttl))
+        self.with(|i| i.enqueuer = i.enqueuer.clone().with_dedup_ttl(ttl))
+    }
+
+    /// Writes the fast path's jobs in `layout` (the relay's `--layout`): the same keys, wire
+    /// format and script as the relay. Default: [`LayoutKind::Jobrelay`].
+    #[must_use]
+    pub fn layout(self, layout: LayoutKind) -> Self {
+        self.with(|i| i.enqueuer = i.enqueuer.clone().with_layout(layout))
     }
 
     /// Bounds each fast-path push (the relay's `--push-timeout`); a push that takes longer
