@@ -20,12 +20,16 @@
 //! - [`app`]: the binary (`main.rs` only calls [`app::main`]).
 
 pub mod admin;
+#[cfg(feature = "daemon")]
 pub mod app;
 pub mod backoff;
+#[cfg(feature = "daemon")]
 pub mod config;
 pub mod db;
+pub mod defaults;
 pub mod enqueue;
 pub mod error;
+#[cfg(feature = "daemon")]
 pub mod http;
 pub mod job;
 pub mod layout;

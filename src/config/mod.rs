@@ -83,38 +83,7 @@ impl fmt::Debug for CaFile {
     }
 }
 
-/// Default Postgres URL: the local server, as its conventional superuser (trust auth on a
-/// development machine; production always sets `DATABASE_URL`).
-pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-/// Default Redis URL.
-pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
-/// Default rows per batch (chosen by benchmark).
-pub const DEFAULT_BATCH_SIZE: usize = 1000;
-/// Default `--batch-max-bytes` (chosen by measurement; see the README).
-pub const DEFAULT_BATCH_MAX_BYTES: usize = crate::enqueue::DEFAULT_MAX_CALL_BYTES;
-/// Default `--max-job-size` (see the README).
-pub const DEFAULT_MAX_JOB_SIZE: usize = crate::enqueue::DEFAULT_MAX_JOB_BYTES;
-/// Default fleet-wide claim slots (chosen by benchmark; see the README).
-pub const DEFAULT_CLAIM_SLOTS: usize = 2;
-/// Default claim loops (chosen by benchmark).
-pub const DEFAULT_WORKERS: usize = 2;
-/// Default idle poll interval.
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
-/// Default attempts before dead-lettering.
-pub const DEFAULT_MAX_ATTEMPTS: u32 = 25;
-/// Default dedup marker lifetime.
-pub const DEFAULT_DEDUP_TTL: Duration = Duration::from_secs(15 * 60);
-/// Default HTTP listener.
-pub const DEFAULT_HTTP_ADDR: &str = "0.0.0.0:9898";
-/// Default shutdown bound.
-pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
-/// Default push bound.
-pub const DEFAULT_PUSH_TIMEOUT: Duration = Duration::from_secs(5);
-/// Default sweep age.
-pub const DEFAULT_OLDER_THAN: Duration = Duration::from_secs(60);
-/// Server-side `statement_timeout` of the relay's sessions, and the client-side bound on each
-/// statement: a claim or delete of one batch takes milliseconds.
-pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(15);
+pub use crate::defaults::*;
 
 /// The whole, validated configuration.
 #[derive(Debug, Clone)]

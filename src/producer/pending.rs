@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::builder::IntoJob;
 use super::sql::Sql;
-use crate::config::{DEFAULT_DEDUP_TTL, DEFAULT_PUSH_TIMEOUT};
+use crate::defaults::{DEFAULT_DEDUP_TTL, DEFAULT_PUSH_TIMEOUT};
 use crate::enqueue::{Enqueuer, JobResult, Outcome};
 use crate::error::{Error, ErrorClass, Result};
 use crate::job::Job;

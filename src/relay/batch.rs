@@ -46,7 +46,7 @@ impl Default for BatchSettings {
     /// The daemon's defaults: 1,000 rows, 8 MiB, jobs up to 8 MiB, 25 attempts, 15 s.
     fn default() -> Self {
         BatchSettings {
-            batch_size: crate::config::DEFAULT_BATCH_SIZE,
+            batch_size: crate::defaults::DEFAULT_BATCH_SIZE,
             max_batch_bytes: crate::enqueue::DEFAULT_MAX_CALL_BYTES,
             max_job_bytes: crate::enqueue::DEFAULT_MAX_JOB_BYTES,
             max_attempts: 25,
