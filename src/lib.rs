@@ -17,11 +17,10 @@
 //! - [`config`]: flags, environment, TOML, validation; [`table`]: outbox table names.
 //! - [`db`]: migrations and pools; [`admin`]: `status` and `dead-letter`.
 //! - [`telemetry`]: metrics, logs, redaction; [`http`]: `/metrics`, `/healthz`, `/readyz`.
-//! - [`app`]: the binary (`main.rs` only calls [`app::main`]).
+//! - The binary (`src/main.rs`, `src/commands/`, one file per command) uses only this
+//!   library's public API, with the feature `daemon` (default).
 
 pub mod admin;
-#[cfg(feature = "daemon")]
-pub mod app;
 pub mod backoff;
 #[cfg(feature = "daemon")]
 pub mod config;

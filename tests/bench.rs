@@ -20,6 +20,7 @@ async fn the_benchmark_runs_with_small_sizes_and_cleans_up() {
         insert_seconds: 0.4,
         workers: 2,
         batch_size: 500,
+        layout: jobrelay::LayoutKind::Jobrelay,
     };
     let report = bench::bench(&args).await.expect("the benchmark runs");
     assert_eq!(report["drain"]["rows"], 2_000);

@@ -1087,3 +1087,70 @@ fn fast_path_futures_are_send(
     is_send(jobs.push(redis));
     is_send(jobs.delete_pending(pool));
 }
+
+/// The fast path in the conveyor layout writes what the relay would: conveyor's keys and
+/// `wire.Job`, a flow's children and heirs before their parent, and the relay's own markers.
+#[sqlx::test]
+async fn the_fast_path_writes_the_conveyor_layout(pool: PgPool) {
+    use jobrelay::proto::wire;
+    use prost::Message;
+    let ns = Namespace::new();
+    let producer = Producer::new(ns.prefix.clone()).layout(jobrelay::LayoutKind::Conveyor);
+    assert_eq!(producer.enqueuer().layout(), jobrelay::LayoutKind::Conveyor);
+    let mut jobs = producer.pending();
+    let parent = Uuid::new_v4();
+    // The parent first: the fast path still sends its child and heir before it.
+    jobs.add(JobBuilder::new("shop.Pack", "shop.Pack").uuid(parent))
+        .unwrap();
+    let child = jobs
+        .add(
+            JobBuilder::new("shop.Item", "shop.Item")
+                .parent(parent)
+                .payload(b"i".to_vec()),
+        )
+        .unwrap();
+    let heir = jobs
+        .add(JobBuilder::new("shop.Ship", "shop.Ship").predecessor(parent))
+        .unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    jobs.create_pending(&mut tx).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut con = ns.con().await;
+    let report = jobs.push_and_delete(&mut con, &pool).await.unwrap();
+    assert_eq!(report.count(Outcome::Queued), 1);
+    assert_eq!(report.count(Outcome::Children), 1);
+    assert_eq!(report.count(Outcome::OnComplete), 1);
+    assert_eq!(count(&pool, "pending_jobs").await, 0);
+
+    let ns = &ns;
+    let only = |key: String| async move {
+        let mut con = ns.con().await;
+        let items: Vec<Vec<u8>> = redis::cmd("LRANGE")
+            .arg(ns.key(&key))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(items.len(), 1, "{key}");
+        wire::Job::decode(items[0].as_slice()).unwrap()
+    };
+    let queued = only("queue:shop.Pack".into()).await;
+    assert_eq!(
+        (queued.uuid, queued.r#type),
+        (parent.to_string(), "shop.Pack".to_owned())
+    );
+    let held = only(format!("job:{parent}:children")).await;
+    assert_eq!(
+        (held.uuid, held.parent_uuid, held.payload),
+        (child.to_string(), parent.to_string(), b"i".to_vec())
+    );
+    let released = only(format!("job:{parent}:onComplete")).await;
+    assert_eq!(
+        (released.uuid, released.predecessor_uuid),
+        (heir.to_string(), parent.to_string())
+    );
+    let mut keys = ns.keys().await;
+    keys.retain(|k| k.starts_with("jobrelay:job:"));
+    assert_eq!(keys.len(), 3, "one marker per job, of the relay's own");
+}

@@ -320,6 +320,39 @@ impl Config {
         Ok(session_settings(opts, self.idle_in_transaction_timeout()))
     }
 
+    /// How batches are claimed: `--batch-size`, `--batch-max-bytes`, `--max-job-size`,
+    /// `--max-attempts`, `--layout`; no claim slot (the sweep's; the daemon adds its slots).
+    pub fn batch_settings(&self) -> crate::relay::BatchSettings {
+        crate::relay::BatchSettings {
+            batch_size: self.batch_size,
+            max_batch_bytes: self.batch_max_bytes,
+            max_job_bytes: self.max_job_size,
+            claim_slots: None,
+            max_attempts: self.max_attempts,
+            statement_timeout: STATEMENT_TIMEOUT,
+            layout: self.layout,
+        }
+    }
+
+    /// The daemon's relay: [`crate::relay::Assembly::start`] runs it.
+    pub fn assembly(&self) -> Result<crate::relay::Assembly, ConfigError> {
+        Ok(crate::relay::Assembly {
+            settings: crate::relay::RelaySettings {
+                table: self.table.clone(),
+                batch: crate::relay::BatchSettings {
+                    claim_slots: Some(self.claim_slots as u32),
+                    ..self.batch_settings()
+                },
+                poll_interval: self.poll_interval,
+            },
+            workers: self.workers,
+            pool: crate::db::lazy_pool(self.pg_options()?, self.workers as u32 + 2),
+            redis: self.redis_client()?,
+            enqueuer: self.enqueuer(),
+            push_timeout: self.push_timeout,
+        })
+    }
+
     /// The enqueue algorithm with `--namespace`, `--dedup-ttl`, `--max-job-size` and
     /// `--batch-max-bytes` (the bytes of one script call).
     pub fn enqueuer(&self) -> crate::enqueue::Enqueuer {

@@ -41,6 +41,7 @@ pub struct Enqueuer {
     max_job_bytes: usize,
     max_call_bytes: usize,
     script: redis::Script,
+    repair: Option<redis::Script>,
 }
 
 /// What one job in a batch came to: an [`Outcome`], or a per-job or permanent [`Error`].
@@ -59,6 +60,7 @@ impl Enqueuer {
             max_job_bytes: DEFAULT_MAX_JOB_BYTES,
             max_call_bytes: DEFAULT_MAX_CALL_BYTES,
             script: redis::Script::new(layout.script()),
+            repair: layout.repair_script().map(redis::Script::new),
         }
     }
 
@@ -72,12 +74,39 @@ impl Enqueuer {
     pub fn with_layout(mut self, layout: LayoutKind) -> Self {
         self.layout = layout.layout();
         self.script = redis::Script::new(self.layout.script());
+        self.repair = self.layout.repair_script().map(redis::Script::new);
         self
     }
 
     /// The layout.
     pub fn layout(&self) -> LayoutKind {
         self.layout.kind()
+    }
+
+    /// Whether the layout needs [`Enqueuer::repair`] run regularly.
+    pub fn needs_repair(&self) -> bool {
+        self.repair.is_some()
+    }
+
+    /// Runs the layout's housekeeping once (nothing for a layout without any): in the conveyor
+    /// layout, sets free the children and heirs stranded in the lists of a job whose close
+    /// raced their push, for jobs watched at least `grace` ago, at most `limit` of them. The
+    /// number of jobs set free (relayed as [`Outcome::Late`]).
+    pub async fn repair<C: ConnectionLike + Send>(
+        &self,
+        con: &mut C,
+        grace: Duration,
+        limit: usize,
+    ) -> Result<u64> {
+        let Some(script) = &self.repair else {
+            return Ok(0);
+        };
+        Ok(script
+            .arg(&self.namespace)
+            .arg(grace.as_millis() as u64)
+            .arg(limit)
+            .invoke_async(con)
+            .await?)
     }
 
     /// The dedup marker's key of a job.

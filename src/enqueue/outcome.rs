@@ -49,7 +49,8 @@ impl Outcome {
             .and_then(|i| Outcome::ALL.get(i).copied())
     }
 
-    pub(crate) fn index(self) -> usize {
+    /// This outcome's position in [`Outcome::ALL`] (and in report arrays).
+    pub fn index(self) -> usize {
         self as usize
     }
 }

@@ -29,9 +29,16 @@
 -- Returns one element per job, in order: an integer outcome
 --   1 queued, 2 scheduled, 3 children, 4 on_complete, 5 duplicate, 6 late
 -- or a string: why this job was refused; a refused job leaves no write behind and no marker.
--- The marker holds <where 1 char><anchor uuid or 36 "-"><length of the queue key>:<queue key>
--- <bytes>, where "where" is q (queue), s (scheduled), c (a parent's children), o (a
--- predecessor's onComplete). Markers are written last.
+-- The marker holds
+--   <where 1 char><anchor uuid or 36 "-"><#queue key>:<queue key><#route>:<route><#bytes>:<bytes><alone>
+-- where "where" is q (queue), s (scheduled), c (a parent's children), o (a predecessor's
+-- onComplete), bytes are what was pushed and alone the job's bytes as a job of its own ("" for
+-- a job without parent or predecessor). Markers are written last.
+--
+-- A child or heir pushed into the lists of a job that is running (its record exists) is
+-- racing conveyor's close of that job, which drains the lists first and deletes the record
+-- last: the job's uuid goes into the watch set <ns>jobrelay:watch (score: milliseconds), and
+-- conveyor_repair.lua sets free what is left in those lists once the record is gone.
 local ns = ARGV[1]
 local ttl = ARGV[2]
 local has_ttl = ttl ~= '0'
@@ -40,9 +47,18 @@ local n = (#ARGV - 2) / FIELDS
 local CHUNK = 1000
 local NO_ANCHOR = string.rep('-', 36)
 local MARKER_INFIX = 'jobrelay:job:'
+local WATCH = ns .. 'jobrelay:watch'
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- One length-prefixed field of a marker, from position `at`: the field and the next position.
+local function field(m, at)
+  local colon = string.find(m, ':', at, true)
+  local len = tonumber(string.sub(m, at, colon - 1))
+  return string.sub(m, colon + 1, colon + len), colon + len + 1
+end
 
 local types = {}
 local function type_of(key)
@@ -58,6 +74,7 @@ end
 local lists, list_keys = {}, {}
 local sets, set_keys = {}, {}
 local zset = {}
+local watch = {}
 local markers = {}
 local seen = {}
 local result = {}
@@ -89,29 +106,32 @@ local function in_list(key, bytes)
   return type_of(key) == 'list' and redis.call('LPOS', key, bytes, 'RANK', -1) ~= false
 end
 
--- Whether the job with this uuid may still drain its children and onComplete lists: pushed
--- earlier in this call, running or waiting for its children (its record exists), never relayed
--- by jobrelay or relayed too long ago to know (no marker), or still waiting where the relay
--- put it (conveyor moves a job from its parent's or predecessor's list, or from the scheduled
--- set, to its queue, re-encoded to the same bytes).
+-- Whether the job with this uuid may still drain its children and onComplete lists:
+-- 'pending' if pushed earlier in this call, never relayed by jobrelay or relayed too long ago
+-- to know (no marker), or still waiting where the relay put it (conveyor moves a job from its
+-- parent's or predecessor's list, or from the scheduled set, to its queue, re-encoded to the
+-- same bytes); 'running' while its record exists (running, or waiting for its children);
+-- false once it has finished.
 local alive_cache = {}
 local function alive(uuid)
-  if seen[uuid] then return true end
+  if seen[uuid] then return 'pending' end
   local cached = alive_cache[uuid]
   if cached ~= nil then return cached end
-  local answer = true
-  if redis.call('EXISTS', ns .. 'job:' .. uuid) == 0 then
+  local answer = 'pending'
+  if redis.call('EXISTS', ns .. 'job:' .. uuid) == 1 then
+    answer = 'running'
+  else
     local m = redis.call('GET', ns .. MARKER_INFIX .. uuid)
     if m then
       local where, anchor = string.sub(m, 1, 1), string.sub(m, 2, 37)
-      local colon = string.find(m, ':', 38, true)
-      local qlen = tonumber(string.sub(m, 38, colon - 1))
-      local qkey = string.sub(m, colon + 1, colon + qlen)
-      local bytes = string.sub(m, colon + qlen + 1)
-      answer = in_list(qkey, bytes)
+      local qkey, at = field(m, 38)
+      local _, at2 = field(m, at)
+      local bytes = field(m, at2)
+      local waiting = in_list(qkey, bytes)
         or (type_of(ns .. 'scheduled') == 'zset' and redis.call('ZSCORE', ns .. 'scheduled', bytes) ~= false)
         or (where == 'c' and in_list(ns .. 'job:' .. anchor .. ':children', bytes))
         or (where == 'o' and in_list(ns .. 'job:' .. anchor .. ':onComplete', bytes))
+      if not waiting then answer = false end
     end
   end
   alive_cache[uuid] = answer
@@ -126,8 +146,9 @@ for i = 0, n - 1 do
   if seen[uuid] or (some_exist and redis.call('EXISTS', marker) == 1) then
     result[i + 1] = 5
   else
-    -- key: where the bytes go; where: the marker's tag; anchor: whose list it is.
-    local key, want, outcome, active, whole, where, anchor
+    -- key: where the bytes go; where: the marker's tag; anchor: whose list it is; racing:
+    -- that anchor is running (its lists are drained by a close that may be under way).
+    local key, want, outcome, active, whole, where, anchor, racing
     local bytes = job
     if route == '' then
       key, want, outcome, where = queue_key, 'list', 1, 'q'
@@ -139,12 +160,14 @@ for i = 0, n - 1 do
       end
       dead = dead == '1'
       local future = exact ~= '' and tonumber(exact) > now
-      local late = false
+      local state = 'pending'
       if parent ~= '' then
-        late = not alive(parent)
+        state = alive(parent)
       elseif pred ~= '' and not dead then
-        late = not alive(pred)
+        state = alive(pred)
       end
+      local late = state == false
+      racing = state == 'running'
       if late then
         bytes = alone
         if future then
@@ -188,8 +211,13 @@ for i = 0, n - 1 do
         types[active] = 'set'
         append(sets, set_keys, active, uuid)
       end
+      if racing and anchor then
+        watch[#watch + 1] = now_ms
+        watch[#watch + 1] = anchor
+      end
       markers[#markers + 1] = marker
-      markers[#markers + 1] = where .. (anchor or NO_ANCHOR) .. #queue_key .. ':' .. queue_key .. bytes
+      markers[#markers + 1] = where .. (anchor or NO_ANCHOR) .. #queue_key .. ':' .. queue_key
+        .. #route .. ':' .. route .. #bytes .. ':' .. bytes .. (bytes == alone and '' or alone)
       result[i + 1] = outcome
     end
   end
@@ -204,6 +232,7 @@ end
 for _, key in ipairs(list_keys) do variadic('LPUSH', key, lists[key]) end
 for _, key in ipairs(set_keys) do variadic('SADD', key, sets[key]) end
 if #zset > 0 then variadic('ZADD', ns .. 'scheduled', zset) end
+if #watch > 0 then variadic('ZADD', WATCH, watch) end
 if has_ttl then
   for m = 1, #markers, 2 do
     redis.call('SET', markers[m], markers[m + 1], 'PX', ttl)

@@ -151,6 +151,12 @@ impl Layout for Conveyor {
     fn orders_flows(&self) -> bool {
         true
     }
+
+    /// Sets free the children and heirs that a close of their parent (predecessor) stranded
+    /// by racing their push: see conveyor_repair.lua.
+    fn repair_script(&self) -> Option<&'static str> {
+        Some(include_str!("conveyor_repair.lua"))
+    }
 }
 
 #[cfg(test)]

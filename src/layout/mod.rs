@@ -116,6 +116,14 @@ pub trait Layout: Send + Sync + fmt::Debug {
     /// claim then takes a row only once no pending row names it, and a batch goes out with
     /// such dependents first.
     fn orders_flows(&self) -> bool;
+
+    /// A script the relay runs every second or so, if the layout needs housekeeping. It gets
+    /// `ARGV[1]` = the namespace, `ARGV[2]` = a grace period in milliseconds, `ARGV[3]` = a
+    /// limit on the work of one call, and answers how many jobs it relayed as late jobs
+    /// ([`crate::Outcome::Late`]).
+    fn repair_script(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// `u` lower-case hyphenated into `buf`, or `""`.

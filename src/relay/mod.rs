@@ -5,12 +5,15 @@
 //! - [`mod@sweep`]: the one-shot recovery sweep over the same step.
 //! - [`sink`]: the seam to Redis ([`JobSink`], [`RedisSink`]).
 //! - [`health`], [`probe`]: dependency state for logs, probes and `jobrelay_up`.
+//! - [`assemble`]: the daemon's relay in one call ([`Assembly::start`]).
 
+pub mod assemble;
 pub mod batch;
 pub mod health;
 pub mod lease;
 pub mod probe;
 pub mod queries;
+pub mod repair;
 pub mod report;
 mod row;
 pub mod sink;
@@ -28,6 +31,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use self::assemble::Assembly;
 pub use self::batch::{BatchSettings, Batcher};
 pub use self::health::{Dependency, Health};
 pub use self::queries::Queries;

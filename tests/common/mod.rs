@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod child;
+pub mod conveyor;
 pub mod http;
 pub mod pg_server;
 pub mod proxy;

@@ -1,0 +1,88 @@
+//! `jobrelay check`: the configuration, then the same probe as the daemon's `/readyz`.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use jobrelay::config::{Config, STATEMENT_TIMEOUT};
+use jobrelay::telemetry::redact;
+use jobrelay::{db, relay};
+
+/// Validates the configuration, reaches Postgres and Redis, reports the schema version; exit 1
+/// when something is not ready, naming why.
+pub(super) async fn run(config: &Config) -> Result<ExitCode> {
+    println!("config: ok ({})", describe(config));
+    let mut ok = true;
+    let pool = db::lazy_pool(config.pg_options()?, 1);
+    let version = tokio::time::timeout(STATEMENT_TIMEOUT, db::schema_version(&pool)).await;
+    // The same checks as the daemon's /readyz.
+    let mut probe = relay::probe::Probe::new(
+        pool,
+        config.redis_client()?,
+        &config.table,
+        &config.namespace,
+        config.push_timeout,
+    );
+    let found = probe.run_once().await;
+    let version = version.map(|v| v.map_err(|e| e.to_string()));
+    match (&found.postgres, version) {
+        (Ok(present), Ok(Ok(version))) => {
+            let latest = db::latest_known_version();
+            let schema = match version {
+                Some(v) if v < latest => {
+                    format!("schema version {v} (behind this binary: run `jobrelay migrate`)")
+                }
+                Some(v) => format!("schema version {v}"),
+                None => "no schema: run `jobrelay migrate`".to_owned(),
+            };
+            if version.is_none() || !present {
+                ok = false;
+            }
+            if *present {
+                println!("postgres: ok, {schema}");
+            } else {
+                println!(
+                    "postgres: reachable, {schema}; table missing: {} does not exist (run `jobrelay migrate`)",
+                    config.table
+                );
+            }
+        }
+        (Err(e), _) => {
+            ok = false;
+            println!(
+                "postgres: {}: {}",
+                e.reason(),
+                redact::scrub(&e.to_string())
+            );
+        }
+        (Ok(_), Ok(Err(e))) => {
+            ok = false;
+            println!("postgres: {}", redact::scrub(&e));
+        }
+        (Ok(_), Err(_)) => {
+            ok = false;
+            println!(
+                "postgres: timeout: no answer within {}",
+                humantime::format_duration(STATEMENT_TIMEOUT)
+            );
+        }
+    }
+    match &found.redis {
+        Ok(()) => println!("redis: ok"),
+        Err(e) => {
+            ok = false;
+            println!("redis: {}: {}", e.reason(), redact::scrub(&e.to_string()));
+        }
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn describe(c: &Config) -> String {
+    format!(
+        "database {}, redis {}, table {}, namespace {:?}, layout {}, batch size {}, workers {}",
+        c.database_url, c.redis_url, c.table, c.namespace, c.layout, c.batch_size, c.workers
+    )
+}

@@ -1,0 +1,117 @@
+//! The daemon's relay, assembled in one call: the probe, one Redis connection and sink per
+//! worker, the workers, the notification listener and the wake-up lock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::health::{Dependency, Health};
+use super::sink::RedisSink;
+use super::{probe, supervise, RelaySettings};
+use crate::backoff::Backoff;
+use crate::enqueue::Enqueuer;
+use crate::redis_conn::{self, RedisConnection};
+
+/// What the daemon's relay is made of.
+#[derive(Debug, Clone)]
+pub struct Assembly {
+    /// The table, the batches, the poll interval.
+    pub settings: RelaySettings,
+    /// Claim loops, each with its own Redis connection.
+    pub workers: usize,
+    /// The relay's Postgres pool (`workers` + 2 connections: the listener and the probe).
+    pub pool: PgPool,
+    /// The Redis server.
+    pub redis: redis::Client,
+    /// The layout, namespace, marker TTL and size limits.
+    pub enqueuer: Enqueuer,
+    /// Bound on one push while rows are locked (and on connecting).
+    pub push_timeout: Duration,
+}
+
+impl Assembly {
+    /// Starts the probe, connects one Redis connection per worker (an outage at start-up is
+    /// waited out with backoff, and reported through `health`), then starts the workers, the
+    /// listener and the wake-up lock: every task on `tracker`, supervised, until `shutdown`.
+    /// Returns once the workers run, or early if `shutdown` fires first.
+    pub async fn start(
+        self,
+        tracker: &TaskTracker,
+        health: Arc<Health>,
+        shutdown: CancellationToken,
+    ) {
+        let (pool, client, table) = (
+            self.pool.clone(),
+            self.redis.clone(),
+            self.settings.table.clone(),
+        );
+        let namespace = self.enqueuer.namespace().to_owned();
+        let (h, stop) = (health.clone(), shutdown.clone());
+        tracker.spawn(supervise::supervised(
+            "probe",
+            health.clone(),
+            shutdown.clone(),
+            move || {
+                let probe = probe::Probe::new(
+                    pool.clone(),
+                    client.clone(),
+                    &table,
+                    &namespace,
+                    probe::PROBE_INTERVAL,
+                );
+                probe::probe(probe, table.clone(), h.clone(), stop.clone())
+            },
+        ));
+        if self.enqueuer.needs_repair() {
+            let (e, c, t, stop) = (
+                self.enqueuer.clone(),
+                self.redis.clone(),
+                self.push_timeout,
+                shutdown.clone(),
+            );
+            tracker.spawn(supervise::supervised(
+                "repair",
+                health.clone(),
+                shutdown.clone(),
+                move || super::repair::repair(e.clone(), c.clone(), t, stop.clone()),
+            ));
+        }
+        let mut sinks = Vec::with_capacity(self.workers);
+        for _ in 0..self.workers {
+            // One connection per worker: a stalled push holds up only its own worker.
+            let Some(con) = connect(&self.redis, self.push_timeout, &health, &shutdown).await
+            else {
+                return;
+            };
+            sinks.push(RedisSink::new(
+                self.enqueuer.clone(),
+                con,
+                self.push_timeout,
+            ));
+        }
+        super::spawn(tracker, &self.settings, self.pool, sinks, health, shutdown);
+    }
+}
+
+/// Connects to Redis, retrying with backoff until `shutdown`.
+async fn connect(
+    client: &redis::Client,
+    timeout: Duration,
+    health: &Health,
+    shutdown: &CancellationToken,
+) -> Option<RedisConnection> {
+    let mut backoff = Backoff::transient();
+    loop {
+        match redis_conn::connect(client, timeout).await {
+            Ok(con) => return Some(con),
+            Err(e) => health.failed(Dependency::Redis, crate::error::redis_reason(&e), &e),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            _ = tokio::time::sleep(backoff.next_delay()) => {}
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! The layout's housekeeping, run by the daemon every [`REPAIR_INTERVAL`]: in the conveyor
+//! layout, children and heirs whose push raced their parent's close are set free
+//! ([`crate::Enqueuer::repair`]).
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::Backoff;
+use crate::enqueue::{Enqueuer, Outcome};
+use crate::telemetry::metrics;
+
+/// How often the housekeeping runs.
+pub const REPAIR_INTERVAL: Duration = Duration::from_secs(1);
+/// How long after a push into a running job's lists the relay first looks whether the job's
+/// close stranded it (a close takes a few round trips).
+pub const REPAIR_GRACE: Duration = Duration::from_millis(500);
+/// Watched jobs looked at per call.
+pub const REPAIR_LIMIT: usize = 100;
+
+/// Runs [`Enqueuer::repair`] every [`REPAIR_INTERVAL`] until `shutdown` (at once again when a
+/// call hit its limit). Failures back off quietly: the workers report Redis outages.
+pub async fn repair(
+    enqueuer: Enqueuer,
+    client: redis::Client,
+    timeout: Duration,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Backoff::transient();
+    let mut con = None;
+    while !shutdown.is_cancelled() {
+        let pause = match step(&enqueuer, &client, &mut con, timeout).await {
+            Ok(n) => {
+                backoff.reset();
+                if n > 0 {
+                    metrics::relayed(Outcome::Late, n);
+                    tracing::warn!(jobs = n, "late jobs: their parent or predecessor closed while they were pushed; relayed as jobs of their own");
+                }
+                if n as usize >= REPAIR_LIMIT {
+                    Duration::ZERO
+                } else {
+                    REPAIR_INTERVAL
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "layout housekeeping failed");
+                con = None;
+                backoff.next_delay().max(REPAIR_INTERVAL)
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+/// One call, on `con` (connected first if `None`).
+async fn step(
+    enqueuer: &Enqueuer,
+    client: &redis::Client,
+    con: &mut Option<crate::redis_conn::RedisConnection>,
+    timeout: Duration,
+) -> crate::Result<u64> {
+    let con = match con {
+        Some(c) => c,
+        None => con.insert(crate::redis_conn::connect(client, timeout).await?),
+    };
+    tokio::time::timeout(timeout, enqueuer.repair(con, REPAIR_GRACE, REPAIR_LIMIT))
+        .await
+        .map_err(|_| crate::Error::Timeout {
+            what: "redis housekeeping",
+            after: timeout,
+        })?
+}
