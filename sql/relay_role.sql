@@ -23,7 +23,7 @@
 --   \password jobrelay_relay
 -- Roles are cluster-wide; the privileges are per database.
 --
--- Why each privilege (see SPEC 5.2 and 5.4):
+-- Why each privilege (see docs/guarantees.md#the-relay-step and 5.4):
 --   pending_jobs       SELECT, DELETE: the claim is `DELETE ... RETURNING` over
 --                      `SELECT ... FOR UPDATE SKIP LOCKED`; FOR UPDATE also needs UPDATE on at
 --                      least one column, hence UPDATE (available_at) only.

@@ -47,7 +47,7 @@ impl Backoff {
     }
 }
 
-/// The delay before a job's next attempt after `attempts` failed ones (SPEC 5.4): 1 s doubling,
+/// The delay before a job's next attempt after `attempts` failed ones (docs/guarantees.md#failure-classes): 1 s doubling,
 /// capped at 5 minutes, with jitter.
 pub fn per_job_delay(attempts: u32) -> Duration {
     jitter(nominal(

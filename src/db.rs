@@ -34,7 +34,7 @@ pub async fn checked_pool(opts: PgConnectOptions, max: u32, timeout: Duration) -
     Ok(lazy_pool(opts, max))
 }
 
-/// The columns of an outbox table and their types (SPEC 2). Other columns may follow.
+/// The columns of an outbox table and their types (docs/schema.md). Other columns may follow.
 pub const OUTBOX_COLUMNS: [(&str, &str); 14] = [
     ("id", "bigint"),
     ("uuid", "uuid"),
@@ -52,7 +52,7 @@ pub const OUTBOX_COLUMNS: [(&str, &str); 14] = [
     ("last_error", "text"),
 ];
 
-/// The dead-letter table's column besides [`OUTBOX_COLUMNS`] (SPEC 2).
+/// The dead-letter table's column besides [`OUTBOX_COLUMNS`] (docs/schema.md).
 pub const DEAD_LETTER_COLUMN: (&str, &str) = ("dead_at", "timestamptz");
 
 /// An existing table that cannot serve as the outbox (or its dead-letter table) it is named
@@ -68,7 +68,7 @@ pub struct UnfitOutbox {
     pub problems: Vec<String>,
 }
 
-/// One line: `--table orders: orders exists and is not a jobrelay outbox (SPEC 2): missing
+/// One line: `--table orders: orders exists and is not a jobrelay outbox (docs/schema.md): missing
 /// columns uuid uuid, ...`.
 impl std::fmt::Display for UnfitOutbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -79,7 +79,7 @@ impl std::fmt::Display for UnfitOutbox {
         };
         write!(
             f,
-            "--table {}: {} exists and is not {role} (SPEC 2): {}",
+            "--table {}: {} exists and is not {role} (docs/schema.md): {}",
             self.outbox,
             self.table,
             self.problems.join("; ")
@@ -88,7 +88,7 @@ impl std::fmt::Display for UnfitOutbox {
 }
 
 /// Whether `table` or its dead-letter table already exists with a shape the relay cannot use:
-/// not a plain table, or without one of the columns of SPEC 2 (with its type). Tables that do
+/// not a plain table, or without one of the columns of docs/schema.md (with its type). Tables that do
 /// not exist yet are fine (`migrate` creates them), and so are additional columns. Reads the
 /// catalog only.
 pub async fn unfit_outbox(pool: &PgPool, table: &TableName) -> Result<Option<UnfitOutbox>> {

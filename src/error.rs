@@ -116,7 +116,7 @@ pub enum Error {
     },
 }
 
-/// How a failure affects the rows it concerns (SPEC 5.4).
+/// How a failure affects the rows it concerns (docs/guarantees.md#failure-classes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorClass {
     /// A dependency is unavailable: keep the rows and their `attempts`, back off, retry.

@@ -1,4 +1,4 @@
-//! The daemon's HTTP listener (SPEC 7): `/metrics`, `/healthz`, `/readyz`.
+//! The daemon's HTTP listener (docs/metrics.md): `/metrics`, `/healthz`, `/readyz`.
 //!
 //! The listener must never be a way to exhaust the relay (its file descriptors are also its
 //! Postgres and Redis connections), so every connection is bounded:

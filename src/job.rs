@@ -10,9 +10,9 @@ use crate::error::{Error, Result};
 use crate::pg_timestamp::RELAYABLE_RANGE;
 use crate::proto::v1;
 
-/// Longest queue name accepted (SPEC 2).
+/// Longest queue name accepted (docs/schema.md).
 pub const MAX_QUEUE_LEN: usize = 128;
-/// Longest job type accepted (SPEC 2).
+/// Longest job type accepted (docs/schema.md).
 pub const MAX_JOB_TYPE_LEN: usize = 256;
 
 /// One job, as validated data.
@@ -43,7 +43,7 @@ pub struct Job {
     pub headers: BTreeMap<String, String>,
 }
 
-/// Checks a queue name against SPEC 2: 1..=128 characters of `[A-Za-z0-9_.:-]`.
+/// Checks a queue name against docs/schema.md: 1..=128 characters of `[A-Za-z0-9_.:-]`.
 pub fn validate_queue(queue: &str) -> Result<()> {
     if queue.is_empty() {
         return Err(Error::invalid("queue", "must not be empty"));
@@ -69,7 +69,7 @@ pub fn validate_queue(queue: &str) -> Result<()> {
     Ok(())
 }
 
-/// Checks a job type against SPEC 2: 1..=256 characters.
+/// Checks a job type against docs/schema.md: 1..=256 characters.
 pub fn validate_job_type(job_type: &str) -> Result<()> {
     if job_type.is_empty() {
         return Err(Error::invalid("job_type", "must not be empty"));
@@ -84,7 +84,7 @@ pub fn validate_job_type(job_type: &str) -> Result<()> {
     Ok(())
 }
 
-/// Checks that a protobuf Timestamp can carry `t` (SPEC 3): the years 0001..=9999 in UTC.
+/// Checks that a protobuf Timestamp can carry `t` (docs/wire.md): the years 0001..=9999 in UTC.
 fn validate_timestamp(field: &'static str, t: DateTime<Utc>) -> Result<()> {
     if (1..=9999).contains(&t.year()) {
         Ok(())
@@ -97,8 +97,8 @@ fn validate_timestamp(field: &'static str, t: DateTime<Utc>) -> Result<()> {
 }
 
 impl Job {
-    /// Validates the fields SPEC 5.1 step 1 names, and that `run_at` and `created_at` lie
-    /// within what the wire format's `google.protobuf.Timestamp` carries (SPEC 3:
+    /// Validates the fields docs/layouts.md#the-enqueue-algorithm step 1 names, and that `run_at` and `created_at` lie
+    /// within what the wire format's `google.protobuf.Timestamp` carries (docs/wire.md:
     /// 0001-01-01T00:00:00Z ..= 9999-12-31T23:59:59.999999999Z), refusing them with
     /// [`Error::InvalidJob`] naming `run_at` or `created_at`. A failure is permanent.
     pub fn validate(&self) -> Result<()> {
@@ -142,7 +142,7 @@ impl Job {
         }
     }
 
-    /// Marshals the job to protobuf wire format (SPEC 3), appending to `buf`.
+    /// Marshals the job to protobuf wire format (docs/wire.md), appending to `buf`.
     pub fn marshal_into(&self, buf: &mut Vec<u8>) -> Result<()> {
         self.to_proto()
             .encode(buf)
@@ -152,7 +152,7 @@ impl Job {
             })
     }
 
-    /// Marshals the job to protobuf wire format (SPEC 3).
+    /// Marshals the job to protobuf wire format (docs/wire.md).
     pub fn marshal(&self) -> Result<Vec<u8>> {
         let mut buf = Vec::with_capacity(96 + self.payload.len());
         self.marshal_into(&mut buf)?;

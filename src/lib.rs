@@ -9,7 +9,7 @@
 //! # Layout
 //!
 //! - [`job`]: the job and its validation; [`proto`]: its protobuf wire format.
-//! - [`enqueue`]: the enqueue algorithm (SPEC 5.1); [`layout`]: the Redis layouts it writes
+//! - [`enqueue`]: the enqueue algorithm (docs/layouts.md#the-enqueue-algorithm); [`layout`]: the Redis layouts it writes
 //!   (`jobrelay`, `conveyor`), each with its wire format, keys and Lua script.
 //! - [`relay`]: the claim loop, the sweep, the sink seam to Redis, health.
 //! - [`producer`]: the pending-job API for applications (build jobs, write their rows in the

@@ -26,7 +26,7 @@ const PG_EPOCH_DAYS: i64 = 10_957;
 /// Microseconds from the Unix epoch to Postgres's.
 const PG_EPOCH_UNIX_MICROS: i64 = PG_EPOCH_DAYS * DAY;
 
-/// What a `google.protobuf.Timestamp` carries, for error messages (SPEC 3).
+/// What a `google.protobuf.Timestamp` carries, for error messages (docs/wire.md).
 pub(crate) const RELAYABLE_RANGE: &str = "protobuf Timestamp carries 0001-01-01..9999-12-31";
 
 /// The first instant a protobuf Timestamp carries, 0001-01-01T00:00:00Z, in Postgres's

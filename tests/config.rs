@@ -1,4 +1,4 @@
-//! Configuration (SPEC 6): precedence, validation that names the culprit, exit code 2, the
+//! Configuration (docs/cli.md): precedence, validation that names the culprit, exit code 2, the
 //! reference file, and passwords that never reach any output.
 
 mod common;

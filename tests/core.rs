@@ -1,6 +1,6 @@
-//! Issue 2 acceptance ("core"): the enqueue algorithm's branches (SPEC 5.1), dedup, the claim
+//! Issue 2 acceptance ("core"): the enqueue algorithm's branches (docs/layouts.md#the-enqueue-algorithm), dedup, the claim
 //! loop's delete-after-ack invariant, concurrent workers and processes, NOTIFY wake-up, ordering,
-//! the sweep and custom tables (SPEC 5.2, 5.3, 2).
+//! the sweep and custom tables (docs/guarantees.md#the-relay-step, 5.3, 2).
 //!
 //! Every test runs against the real local Postgres (a fresh database from `#[sqlx::test]`) and
 //! Redis (a random key namespace), reads what the relay wrote back from Redis and decodes it.
@@ -329,7 +329,7 @@ async fn stop(mut child: RelayChild) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 1. SPEC 5.1, every branch and the combinations
+// 1. docs/layouts.md#the-enqueue-algorithm, every branch and the combinations
 // ---------------------------------------------------------------------------------------------
 
 /// Where a job must land.

@@ -1230,7 +1230,7 @@ async fn status_and_dead_letter_commands_end_to_end(pool: PgPool) {
     use serde_json::json;
     let db = database_url_of(&pool).await;
 
-    // Empty: the exact object of SPEC 6, with null for the age.
+    // Empty: the exact object of docs/cli.md, with null for the age.
     assert_eq!(
         status_json(&db).await,
         json!({"pending": 0, "oldest_pending_age_seconds": null, "dead": 0, "queues": {}})

@@ -1,9 +1,9 @@
 //! Hardening ("no row may block the outbox"): rows and tables the relay must survive.
 //!
 //! A `timestamptz` holds `infinity`, `-infinity` and the years 4713 BC ..= 294276 AD; a job
-//! carries `run_at` and `created_at` as a protobuf Timestamp (0001-01-01 ..= 9999-12-31, SPEC 3).
+//! carries `run_at` and `created_at` as a protobuf Timestamp (0001-01-01 ..= 9999-12-31, docs/wire.md).
 //! Such rows are refused at insert by migration 6's CHECK constraints; in a table without them
-//! the relay dead-letters them (SPEC 5.4) and relays the rows behind them, and the operator
+//! the relay dead-letters them (docs/guarantees.md#failure-classes) and relays the rows behind them, and the operator
 //! commands work on them. `jobrelay migrate --table T` refuses an existing T of another shape.
 //!
 //! Postgres and Redis are the real local ones (fresh database, random Redis namespace).

@@ -1,4 +1,4 @@
-//! The HTTP listener cannot exhaust the relay (SPEC 7, `src/http.rs`).
+//! The HTTP listener cannot exhaust the relay (docs/metrics.md, `src/http.rs`).
 //!
 //! The daemon runs as a child process on a fresh database, the shared Redis (a random
 //! namespace) and `--http-addr` on a free port. Each test opens sockets that a careless or

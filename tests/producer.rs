@@ -1,4 +1,4 @@
-//! Issue 4 acceptance: the producer library (SPEC 8) against real Postgres and Redis.
+//! Issue 4 acceptance: the producer library (docs/schema.md#producing-jobs) against real Postgres and Redis.
 //!
 //! - building jobs: defaults, every field, refusals naming the field;
 //! - rows written in the caller's transaction: rolled back, no row and no job; committed, the

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::pg_timestamp::PgTimestamp;
 use crate::table::TableName;
 
-/// SQL: the row's `run_at` and `created_at` can travel in a job (SPEC 3's protobuf Timestamp:
+/// SQL: the row's `run_at` and `created_at` can travel in a job (docs/wire.md's protobuf Timestamp:
 /// 0001-01-01T00:00:00Z ..= 9999-12-31T23:59:59.999999999Z). The test of migration 6's CHECK
 /// constraints, written out so that it also works on a schema that has not got them.
 const RELAYABLE: &str = "(run_at IS NULL

@@ -17,7 +17,7 @@ pub struct QueueStatus {
     pub dead: i64,
 }
 
-/// The backlog (SPEC 6, `status --json`).
+/// The backlog (docs/cli.md, `status --json`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Status {
     /// Rows waiting in the outbox table.

@@ -59,7 +59,7 @@ pub(crate) fn main() -> ExitCode {
 }
 
 /// Reports an error of the argument parser: `--help` and `--version` print as they are and
-/// exit 0; every usage error is one line naming the flag (SPEC 6), exit 2.
+/// exit 0; every usage error is one line naming the flag (docs/cli.md), exit 2.
 fn usage_error(e: &clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {

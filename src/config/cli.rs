@@ -19,7 +19,7 @@ pub struct Cli {
     pub flags: Flags,
 }
 
-/// The options of SPEC 6, as given on the command line.
+/// The options of docs/cli.md, as given on the command line.
 #[derive(Debug, Default, Args)]
 pub struct Flags {
     /// Postgres URL [env: DATABASE_URL] (default: postgres://postgres@127.0.0.1:5432/postgres)

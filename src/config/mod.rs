@@ -1,4 +1,4 @@
-//! Configuration (SPEC 6): flags > environment > `--config` TOML file > defaults, resolved and
+//! Configuration (docs/cli.md): flags > environment > `--config` TOML file > defaults, resolved and
 //! validated in one pass before any connection is made. Every error names its culprit: the
 //! flag, the environment variable, or the key and file it came from.
 //!
@@ -286,7 +286,7 @@ impl Config {
             config_file: src.file_path().map(PathBuf::from),
         };
         // The dedup window must outlive any transaction a vanished relay can leave open, or a
-        // replayed row would become a second job (SPEC 5.2).
+        // replayed row would become a second job (docs/guarantees.md#the-relay-step).
         let min_ttl = config.idle_in_transaction_timeout() * 2;
         if !config.dedup_ttl.is_zero() && config.dedup_ttl < min_ttl {
             return Err(ConfigError {

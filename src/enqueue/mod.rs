@@ -1,4 +1,4 @@
-//! The Redis enqueue algorithm (SPEC 5.1), as a library function.
+//! The Redis enqueue algorithm (docs/layouts.md#the-enqueue-algorithm), as a library function.
 //!
 //! [`Enqueuer::enqueue_batch`] runs the algorithm for many jobs in one `EVALSHA` of the
 //! layout's script ([`crate::layout`]; loaded again whenever Redis answers `NOSCRIPT`, e.g.
@@ -159,6 +159,20 @@ impl Enqueuer {
         con: &mut C,
         jobs: &[Job],
     ) -> Result<Vec<JobResult>> {
+        self.enqueue_batch_until(con, jobs, None).await
+    }
+
+    /// [`Enqueuer::enqueue_batch`] with each script call bounded by `deadline` (an instant,
+    /// and the timeout it came from, for the error): a call still unanswered then fails as
+    /// [`Error::Timeout`], like any other failed call. So the jobs of the calls Redis answered
+    /// keep their outcomes (the caller commits them) and only the rest are
+    /// [`Error::Unacknowledged`]; if the first call times out, the outer `Err`.
+    pub async fn enqueue_batch_until<C: ConnectionLike + Send>(
+        &self,
+        con: &mut C,
+        jobs: &[Job],
+        deadline: Option<(tokio::time::Instant, Duration)>,
+    ) -> Result<Vec<JobResult>> {
         let mut results: Vec<Option<JobResult>> = Vec::with_capacity(jobs.len());
         results.resize_with(jobs.len(), || None);
         let order = if self.layout.orders_flows() {
@@ -186,7 +200,9 @@ impl Enqueuer {
             if !sent.is_empty()
                 && (sent.len() == MAX_JOBS_PER_CALL || call_bytes + size > self.max_call_bytes)
             {
-                let call = self.call(con, &invocation, &sent, jobs, &mut results).await;
+                let call = self
+                    .call_until(con, &invocation, &sent, jobs, &mut results, deadline)
+                    .await;
                 if let Err(e) = call {
                     return unacknowledged_from(e, acknowledged, &sent, jobs, results);
                 }
@@ -201,7 +217,9 @@ impl Enqueuer {
             call_bytes += size;
         }
         if !sent.is_empty() {
-            let call = self.call(con, &invocation, &sent, jobs, &mut results).await;
+            let call = self
+                .call_until(con, &invocation, &sent, jobs, &mut results, deadline)
+                .await;
             if let Err(e) = call {
                 return unacknowledged_from(e, acknowledged, &sent, jobs, results);
             }
@@ -251,6 +269,29 @@ impl Enqueuer {
         let mut inv = self.script.prepare_invoke();
         inv.arg(&self.namespace).arg(self.dedup_ttl_ms);
         inv
+    }
+
+    async fn call_until<C: ConnectionLike + Send>(
+        &self,
+        con: &mut C,
+        inv: &redis::ScriptInvocation<'_>,
+        sent: &[usize],
+        jobs: &[Job],
+        results: &mut [Option<JobResult>],
+        deadline: Option<(tokio::time::Instant, Duration)>,
+    ) -> Result<()> {
+        let call = self.call(con, inv, sent, jobs, results);
+        match deadline {
+            None => call.await,
+            Some((at, after)) => {
+                tokio::time::timeout_at(at, call)
+                    .await
+                    .unwrap_or(Err(Error::Timeout {
+                        what: "redis push",
+                        after,
+                    }))
+            }
+        }
     }
 
     async fn call<C: ConnectionLike + Send>(
@@ -408,6 +449,79 @@ mod tests {
         assert_eq!(sorted, (0..jobs.len()).collect::<Vec<_>>(), "a permutation");
         // Unrelated jobs keep their order.
         assert!(pos(5) < pos(6) && pos(6) < pos(7), "{order:?}");
+    }
+
+    /// Answers the first script call with `queued` for each of its jobs, and never the next.
+    struct FirstCallOnly {
+        calls: usize,
+    }
+
+    impl ConnectionLike for FirstCallOnly {
+        fn req_packed_command<'a>(
+            &'a mut self,
+            cmd: &'a redis::Cmd,
+        ) -> redis::RedisFuture<'a, Value> {
+            self.calls += 1;
+            let first = self.calls == 1;
+            // EVALSHA <sha> 0 <namespace> <ttl> then 4 arguments per job.
+            let jobs = (cmd.args_iter().count() - 5) / 4;
+            Box::pin(async move {
+                if first {
+                    Ok(Value::Array(vec![Value::Int(1); jobs]))
+                } else {
+                    std::future::pending().await
+                }
+            })
+        }
+
+        fn req_packed_commands<'a>(
+            &'a mut self,
+            _: &'a redis::Pipeline,
+            _: usize,
+            _: usize,
+        ) -> redis::RedisFuture<'a, Vec<Value>> {
+            unreachable!("no pipelines")
+        }
+
+        fn get_db(&self) -> i64 {
+            0
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_answered_before_the_deadline_keep_their_outcomes() {
+        let jobs: Vec<Job> = (0..MAX_JOBS_PER_CALL as u128 + 10)
+            .map(|n| job(n + 1, None, None))
+            .collect();
+        let enqueuer = Enqueuer::new("t:", Duration::from_secs(60));
+        let timeout = Duration::from_secs(5);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut con = FirstCallOnly { calls: 0 };
+        let results = enqueuer
+            .enqueue_batch_until(&mut con, &jobs, Some((deadline, timeout)))
+            .await
+            .expect("the first call was answered");
+        assert_eq!(con.calls, 2);
+        let queued = results
+            .iter()
+            .filter(|r| matches!(r, Ok(Outcome::Queued)))
+            .count();
+        assert_eq!(queued, MAX_JOBS_PER_CALL);
+        for r in &results[MAX_JOBS_PER_CALL..] {
+            assert!(
+                matches!(r, Err(Error::Unacknowledged { reason, .. }) if *reason == crate::error::Reason::Timeout),
+                "{r:?}"
+            );
+        }
+
+        // A first call unanswered by the deadline fails the whole push.
+        let mut con = FirstCallOnly { calls: 1 };
+        let deadline = tokio::time::Instant::now() + timeout;
+        let e = enqueuer
+            .enqueue_batch_until(&mut con, &jobs, Some((deadline, timeout)))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
     }
 
     #[test]

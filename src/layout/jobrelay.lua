@@ -1,4 +1,4 @@
--- jobrelay enqueue script: SPEC 5.1 steps 3-8 for a batch of jobs, in one atomic call.
+-- jobrelay enqueue script: docs/layouts.md#the-enqueue-algorithm steps 3-8 for a batch of jobs, in one atomic call.
 --
 -- ARGV[1]  key namespace (may be empty)
 -- ARGV[2]  dedup marker TTL in milliseconds ("0": the marker never expires)

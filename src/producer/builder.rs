@@ -144,7 +144,7 @@ impl JobBuilder {
         self
     }
 
-    /// The enqueue algorithm's `deadParent` input (SPEC 5.1): the parent has already
+    /// The enqueue algorithm's `deadParent` input (docs/layouts.md#the-enqueue-algorithm): the parent has already
     /// finished, so the job is not held for it (nor for its predecessor) but registered in
     /// `jobs:<parent>:active` and queued. Default: `false`.
     pub fn dead_parent(mut self, dead: bool) -> Self {
@@ -272,7 +272,7 @@ impl IntoJob for Job {
 
 /// The producer's checks: [`Job::validate`] plus what Postgres or a consumer would refuse.
 pub(crate) fn check(job: &Job) -> Result<()> {
-    // Queue, job type, uuid and the timestamps' range as SPEC 2, 3 and 5.1 say; then what
+    // Queue, job type, uuid and the timestamps' range as docs/schema.md, 3 and 5.1 say; then what
     // Postgres refuses.
     job.validate()?;
     if job.job_type.contains('\0') {

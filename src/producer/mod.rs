@@ -1,4 +1,4 @@
-//! The producer side: the pending-job pattern for applications (SPEC 8).
+//! The producer side: the pending-job pattern for applications (docs/schema.md#producing-jobs).
 //!
 //! An application that must start a job when its data changes writes the job as a pending row
 //! in the same Postgres transaction as the data. Either both commit or neither does; once

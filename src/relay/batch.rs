@@ -250,7 +250,7 @@ impl<S: JobSink> Batcher<S> {
                 }
                 Err(failed_row) => {
                     let (mut row, e) = *failed_row;
-                    // A failed attempt like any other, though the last one (SPEC 5.4).
+                    // A failed attempt like any other, though the last one (docs/guarantees.md#failure-classes).
                     row.attempts = row.attempts.saturating_add(1);
                     report.invalid += 1;
                     failed.push(Failed {

@@ -117,7 +117,7 @@ impl PendingRow {
 }
 
 /// The instant of a row's timestamp `field`, or a permanent failure naming the column and the
-/// value as Postgres prints it when a protobuf Timestamp cannot carry it (SPEC 3), e.g.
+/// value as Postgres prints it when a protobuf Timestamp cannot carry it (docs/wire.md), e.g.
 /// `run_at: infinity cannot be relayed (protobuf Timestamp carries 0001-01-01..9999-12-31)`.
 fn relayable(field: &'static str, t: PgTimestamp) -> Result<DateTime<Utc>> {
     t.to_relayable()

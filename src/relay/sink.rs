@@ -111,12 +111,13 @@ impl JobSink for RedisSink {
     async fn push(&self, jobs: &[Job]) -> Result<Vec<JobResult>> {
         let deadline = Instant::now() + self.push_timeout;
         let mut con = self.con.clone();
-        let first = tokio::time::timeout_at(deadline, self.enqueuer.enqueue_batch(&mut con, jobs))
-            .await
-            .map_err(|_| Error::Timeout {
-                what: "redis push",
-                after: self.push_timeout,
-            })?;
+        // Each script call is bounded, not the push as a whole: calls Redis answered before the
+        // deadline keep their outcomes and are committed (an acknowledged push is never rolled
+        // back), and only the rest are kept for the next batch.
+        let first = self
+            .enqueuer
+            .enqueue_batch_until(&mut con, jobs, Some((deadline, self.push_timeout)))
+            .await;
         let (mut results, at_fault) = match first {
             Ok(results) => (results, false),
             Err(e) if self.request_at_fault(&mut con, e.reason()).await => {

@@ -1,4 +1,4 @@
-//! The one-shot recovery sweep (SPEC 5.3).
+//! The one-shot recovery sweep (docs/guarantees.md#the-sweep).
 
 use std::time::Duration;
 

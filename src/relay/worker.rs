@@ -1,4 +1,4 @@
-//! The relay loop of one worker (SPEC 5.2).
+//! The relay loop of one worker (docs/guarantees.md#the-relay-step).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

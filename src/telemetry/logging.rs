@@ -18,7 +18,7 @@ pub enum LogFormat {
 }
 
 impl LogFormat {
-    /// `text` on a terminal, else `json` (SPEC 6 default).
+    /// `text` on a terminal, else `json` (docs/cli.md default).
     pub fn detect() -> Self {
         if io::stderr().is_terminal() {
             LogFormat::Text

@@ -1,4 +1,4 @@
-//! Metric names (part of the contract, SPEC 7) and the one place each is recorded.
+//! Metric names (part of the contract, docs/metrics.md) and the one place each is recorded.
 //!
 //! The `metrics` facade is a no-op until a recorder is installed, so library users who do not
 //! run the relay's HTTP listener pay next to nothing.
