@@ -9,9 +9,11 @@
 //! # Layout
 //!
 //! - [`job`]: the job and its validation; [`proto`]: its protobuf wire format.
-//! - [`enqueue`]: the enqueue algorithm (docs/layouts.md#the-enqueue-algorithm); [`layout`]: the Redis layouts it writes
-//!   (`jobrelay`, `conveyor`), each with its wire format, keys and Lua script.
-//! - [`relay`]: the claim loop, the sweep, the sink seam to Redis, health.
+//! - [`redis`]: everything that talks to Redis: the connection, the enqueue algorithm
+//!   (docs/layouts.md#the-enqueue-algorithm) and its layouts (`jobrelay`, `conveyor`, each
+//!   with its wire format, keys and Lua script), the relay's Redis sink, the probe.
+//! - [`relay`]: the claim loop, claim slots, the sweep, the sink seam, health, supervision,
+//!   the daemon's assembly; [`wakeup`]: LISTEN and the advisory wake-up lock.
 //! - [`producer`]: the pending-job API for applications (build jobs, write their rows in the
 //!   caller's transaction, fast-path push after commit).
 //! - [`config`]: flags, environment, TOML, validation; [`table`]: outbox table names.
@@ -26,22 +28,21 @@ pub mod backoff;
 pub mod config;
 pub mod db;
 pub mod defaults;
-pub mod enqueue;
 pub mod error;
 #[cfg(feature = "daemon")]
 pub mod http;
 pub mod job;
-pub mod layout;
 mod pg_timestamp;
 pub mod producer;
 pub mod proto;
-pub mod redis_conn;
+pub mod redis;
 pub mod relay;
 pub mod table;
 pub mod telemetry;
+pub mod wakeup;
 
-pub use crate::enqueue::{Enqueuer, Outcome};
 pub use crate::error::{Error, ErrorClass, Result};
 pub use crate::job::Job;
-pub use crate::layout::LayoutKind;
+pub use crate::redis::enqueue::{Enqueuer, Outcome};
+pub use crate::redis::layout::LayoutKind;
 pub use crate::table::TableName;

@@ -15,11 +15,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use common::child::RelayChild;
 use common::*;
-use jobrelay::enqueue::JobResult;
 use jobrelay::proto::v1;
-use jobrelay::relay::{
-    BatchSettings, Batcher, Health, JobSink, Queries, RedisSink, RelaySettings, Report,
-};
+use jobrelay::redis::enqueue::JobResult;
+use jobrelay::redis::sink::RedisSink;
+use jobrelay::relay::{BatchSettings, Batcher, Health, JobSink, Queries, RelaySettings, Report};
 use jobrelay::{Enqueuer, Error, ErrorClass, Job, Outcome, TableName};
 use sqlx::types::Json;
 use sqlx::PgPool;

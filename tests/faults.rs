@@ -1081,7 +1081,9 @@ async fn readonly_and_masterdown_are_transient(pool: PgPool) {
     assert_eq!(count_message(&lines, "redis recovered"), 1);
 }
 
-async fn ping(con: &mut jobrelay::redis_conn::RedisConnection) -> redis::RedisResult<String> {
+async fn ping(
+    con: &mut jobrelay::redis::connection::RedisConnection,
+) -> redis::RedisResult<String> {
     redis::cmd("PING").query_async(con).await
 }
 
@@ -1093,7 +1095,7 @@ async fn the_first_request_after_an_outage_is_not_handed_a_stale_reconnect_failu
     let redis = RedisServer::start();
     let proxy = Proxy::start(upstream(redis.port));
     let client = redis::Client::open(proxy.redis_url()).unwrap();
-    let mut con = jobrelay::redis_conn::connect(&client, Duration::from_secs(2))
+    let mut con = jobrelay::redis::connection::connect(&client, Duration::from_secs(2))
         .await
         .unwrap();
     assert_eq!(ping(&mut con).await.unwrap(), "PONG");

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use jobrelay::relay::{BatchSettings, Health, RedisSink, RelaySettings};
+use jobrelay::redis::sink::RedisSink;
+use jobrelay::relay::{BatchSettings, Health, RelaySettings};
 use jobrelay::{Enqueuer, TableName};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;

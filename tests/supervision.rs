@@ -13,9 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use jobrelay::enqueue::JobResult;
+use jobrelay::redis::enqueue::JobResult;
+use jobrelay::redis::sink::RedisSink;
 use jobrelay::relay::health::PANIC_LIMIT;
-use jobrelay::relay::{BatchSettings, Health, JobSink, RedisSink, RelaySettings};
+use jobrelay::relay::{BatchSettings, Health, JobSink, RelaySettings};
 use jobrelay::{Enqueuer, Job, Outcome, TableName};
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;

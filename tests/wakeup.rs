@@ -177,3 +177,51 @@ async fn a_relay_killed_holding_the_lock_releases_it(pool: PgPool) {
     other.signal("TERM");
     assert_eq!(other.wait(Duration::from_secs(30)).await, Some(0));
 }
+
+/// The lock's state machine, one step at a time: taken while a worker is awake, a poll per
+/// step that wakes the workers when a row is claimable, released (with one more wake-up) once
+/// nobody is awake, then idle.
+#[sqlx::test]
+async fn the_wakeup_lock_steps_through_take_poll_release(pool: PgPool) {
+    use jobrelay::wakeup::lock::{Activity, Next, WakeupLock, AWAKE_POLL};
+    use std::sync::Arc;
+    let activity = Arc::new(Activity::default());
+    let (wake, mut woken) = tokio::sync::watch::channel(0u64);
+    let mut lock = WakeupLock::new(pool.clone(), &Default::default(), activity.clone(), wake);
+    let stop = tokio_util::sync::CancellationToken::new();
+
+    assert_eq!(
+        lock.step(&stop).await,
+        Next::Idle,
+        "nobody awake, nothing to do"
+    );
+    activity.mark();
+    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
+    assert!(lock.held() && lock_held(&pool).await, "taken while awake");
+    assert!(!woken.has_changed().unwrap(), "an empty table wakes nobody");
+
+    insert_rows(&pool, 1, "q").await;
+    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
+    assert!(
+        woken.has_changed().unwrap(),
+        "a claimable row wakes the workers"
+    );
+    woken.borrow_and_update();
+
+    wait_until(
+        "the awake window to pass",
+        Duration::from_secs(5),
+        || async { !activity.is_awake() },
+    )
+    .await;
+    assert_eq!(lock.step(&stop).await, Next::Pause(Duration::ZERO));
+    assert!(
+        !lock.held() && !lock_held(&pool).await,
+        "released once nobody is awake"
+    );
+    assert!(
+        woken.has_changed().unwrap(),
+        "one more claim after the release"
+    );
+    assert_eq!(lock.step(&stop).await, Next::Idle);
+}

@@ -40,7 +40,8 @@ use std::time::{Duration, Instant};
 use jobrelay::config::{
     DEFAULT_BATCH_SIZE, DEFAULT_CLAIM_SLOTS, DEFAULT_WORKERS, STATEMENT_TIMEOUT,
 };
-use jobrelay::relay::{self, BatchSettings, Health, RedisSink, RelaySettings};
+use jobrelay::redis::sink::RedisSink;
+use jobrelay::relay::{self, BatchSettings, Health, RelaySettings};
 use jobrelay::{Enqueuer, Job, LayoutKind, TableName};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
@@ -305,9 +306,9 @@ async fn start_relay(
         // Connected on the relay's runtime, so that the connection's driver task runs there.
         let client = sb.redis.clone();
         let con = runtime
-            .spawn(
-                async move { jobrelay::redis_conn::connect(&client, Duration::from_secs(5)).await },
-            )
+            .spawn(async move {
+                jobrelay::redis::connection::connect(&client, Duration::from_secs(5)).await
+            })
             .await??;
         sinks.push(timed_sink::TimedSink {
             inner: RedisSink::new(enqueuer.clone(), con, Duration::from_secs(5)),
@@ -400,7 +401,7 @@ async fn bench_stages(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, Bo
     sb.copy_rows(rows, "stages").await?;
     let opts = jobrelay::config::session_settings(sb.db_url.parse()?, Duration::from_secs(20));
     let pool = jobrelay::db::lazy_pool(opts, 2);
-    let con = jobrelay::redis_conn::connect(&sb.redis, Duration::from_secs(5)).await?;
+    let con = jobrelay::redis::connection::connect(&sb.redis, Duration::from_secs(5)).await?;
     let sink = RedisSink::new(
         Enqueuer::new(sb.namespace.clone(), Duration::from_secs(900)).with_layout(args.layout),
         con,

@@ -6,15 +6,16 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use jobrelay::config::{Config, STATEMENT_TIMEOUT};
 use jobrelay::db;
+use jobrelay::redis::sink::RedisSink;
 use jobrelay::relay::repair::{REPAIR_GRACE, REPAIR_LIMIT};
-use jobrelay::relay::{self, Batcher, RedisSink};
+use jobrelay::relay::{self, Batcher};
 use jobrelay::Outcome;
 
 /// Exit 0 if every claimed row was delivered, 1 otherwise.
 pub(super) async fn run(config: &Config) -> Result<ExitCode> {
     let pool = db::checked_pool(config.pg_options()?, 2, STATEMENT_TIMEOUT).await?;
     let client = config.redis_client()?;
-    let con = jobrelay::redis_conn::connect(&client, config.push_timeout)
+    let con = jobrelay::redis::connection::connect(&client, config.push_timeout)
         .await
         .with_context(|| format!("connecting to redis at {}", config.redis_url))?;
     let mut repair_con = con.clone();

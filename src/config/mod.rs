@@ -100,7 +100,7 @@ pub struct Config {
     /// `--namespace`.
     pub namespace: String,
     /// `--layout`.
-    pub layout: crate::layout::LayoutKind,
+    pub layout: crate::redis::layout::LayoutKind,
     /// `--batch-size`.
     pub batch_size: usize,
     /// `--batch-max-bytes`.
@@ -180,9 +180,9 @@ impl Config {
             })?
             .unwrap_or_default();
         let layout = src
-            .parse("layout", |s| s.parse::<crate::layout::LayoutKind>())?
+            .parse("layout", |s| s.parse::<crate::redis::layout::LayoutKind>())?
             .unwrap_or_default();
-        if layout == crate::layout::LayoutKind::Conveyor && !namespace.ends_with(':') {
+        if layout == crate::redis::layout::LayoutKind::Conveyor && !namespace.ends_with(':') {
             // Conveyor joins its namespace to every key with ':' and never has an empty one
             // (its default is "conv"): another prefix cannot reach a conveyor worker.
             return Err(ConfigError {
@@ -355,8 +355,8 @@ impl Config {
 
     /// The enqueue algorithm with `--namespace`, `--dedup-ttl`, `--max-job-size` and
     /// `--batch-max-bytes` (the bytes of one script call).
-    pub fn enqueuer(&self) -> crate::enqueue::Enqueuer {
-        crate::enqueue::Enqueuer::new(self.namespace.clone(), self.dedup_ttl)
+    pub fn enqueuer(&self) -> crate::redis::enqueue::Enqueuer {
+        crate::redis::enqueue::Enqueuer::new(self.namespace.clone(), self.dedup_ttl)
             .with_layout(self.layout)
             .with_limits(self.max_job_size, self.batch_max_bytes)
     }

@@ -13,10 +13,10 @@ use uuid::Uuid;
 use super::builder::IntoJob;
 use super::sql::Sql;
 use crate::defaults::{DEFAULT_DEDUP_TTL, DEFAULT_PUSH_TIMEOUT};
-use crate::enqueue::{Enqueuer, JobResult, Outcome};
 use crate::error::{Error, ErrorClass, Result};
 use crate::job::Job;
-use crate::layout::LayoutKind;
+use crate::redis::enqueue::{Enqueuer, JobResult, Outcome};
+use crate::redis::layout::LayoutKind;
 use crate::table::TableName;
 
 /// What a producer shares with the relay: the outbox table, the Redis key namespace and the

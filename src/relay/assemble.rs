@@ -9,11 +9,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::health::{Dependency, Health};
-use super::sink::RedisSink;
 use super::{probe, supervise, RelaySettings};
 use crate::backoff::Backoff;
-use crate::enqueue::Enqueuer;
-use crate::redis_conn::{self, RedisConnection};
+use crate::redis::connection::{self, RedisConnection};
+use crate::redis::enqueue::Enqueuer;
+use crate::redis::sink::RedisSink;
 
 /// What the daemon's relay is made of.
 #[derive(Debug, Clone)]
@@ -105,7 +105,7 @@ async fn connect(
 ) -> Option<RedisConnection> {
     let mut backoff = Backoff::transient();
     loop {
-        match redis_conn::connect(client, timeout).await {
+        match connection::connect(client, timeout).await {
             Ok(con) => return Some(con),
             Err(e) => health.failed(Dependency::Redis, crate::error::redis_reason(&e), &e),
         }

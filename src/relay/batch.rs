@@ -12,9 +12,9 @@ use super::report::{Interruption, Report};
 use super::row::{PendingRow, RowMeta};
 use super::sink::JobSink;
 use crate::backoff::per_job_delay;
-use crate::enqueue::{JobResult, Outcome};
 use crate::error::{Dependency, Error, ErrorClass, Reason, Result};
 use crate::job::Job;
+use crate::redis::enqueue::{JobResult, Outcome};
 use crate::telemetry::metrics;
 use uuid::Uuid;
 
@@ -39,7 +39,7 @@ pub struct BatchSettings {
     pub claim_slots: Option<u32>,
     /// The Redis layout the sink writes: the claim keeps flows in order for layouts that need
     /// it ([`super::Queries::for_layout`]); late jobs are logged.
-    pub layout: crate::layout::LayoutKind,
+    pub layout: crate::redis::layout::LayoutKind,
 }
 
 impl Default for BatchSettings {
@@ -47,12 +47,12 @@ impl Default for BatchSettings {
     fn default() -> Self {
         BatchSettings {
             batch_size: crate::defaults::DEFAULT_BATCH_SIZE,
-            max_batch_bytes: crate::enqueue::DEFAULT_MAX_CALL_BYTES,
-            max_job_bytes: crate::enqueue::DEFAULT_MAX_JOB_BYTES,
+            max_batch_bytes: crate::redis::enqueue::DEFAULT_MAX_CALL_BYTES,
+            max_job_bytes: crate::redis::enqueue::DEFAULT_MAX_JOB_BYTES,
             max_attempts: 25,
             statement_timeout: Duration::from_secs(15),
             claim_slots: None,
-            layout: crate::layout::LayoutKind::Jobrelay,
+            layout: crate::redis::layout::LayoutKind::Jobrelay,
         }
     }
 }

@@ -1,16 +1,15 @@
 //! The relay: claim committed rows, run the enqueue algorithm, delete what Redis acknowledged.
 //!
 //! - [`batch`]: one step (claim, push, delete or hand back, commit): [`Batcher::run_once`].
-//! - [`worker`]: the daemon's loop over that step, woken by [`wakeup`] or the poll interval.
+//! - [`worker`]: the daemon's loop over that step, woken by [`crate::wakeup`] or the poll interval.
 //! - [`mod@sweep`]: the one-shot recovery sweep over the same step.
-//! - [`sink`]: the seam to Redis ([`JobSink`], [`RedisSink`]).
+//! - [`sink`]: the seam to Redis ([`JobSink`]; Redis's is [`crate::redis::sink::RedisSink`]).
 //! - [`health`], [`probe`]: dependency state for logs, probes and `jobrelay_up`.
 //! - [`assemble`]: the daemon's relay in one call ([`Assembly::start`]).
 
 pub mod assemble;
 pub mod batch;
 pub mod health;
-pub mod lease;
 pub mod probe;
 pub mod queries;
 pub mod repair;
@@ -20,7 +19,6 @@ pub mod sink;
 pub mod slots;
 pub mod supervise;
 pub mod sweep;
-pub mod wakeup;
 pub mod worker;
 
 use std::sync::Arc;
@@ -36,7 +34,7 @@ pub use self::batch::{BatchSettings, Batcher};
 pub use self::health::{Dependency, Health};
 pub use self::queries::Queries;
 pub use self::report::Report;
-pub use self::sink::{JobSink, RedisSink};
+pub use self::sink::JobSink;
 pub use self::sweep::sweep;
 use crate::table::TableName;
 
@@ -65,14 +63,14 @@ pub fn spawn<S: JobSink + 'static>(
     shutdown: CancellationToken,
 ) {
     let (wake_tx, wake_rx) = watch::channel(0u64);
-    let activity = Arc::new(lease::Activity::default());
+    let activity = Arc::new(crate::wakeup::lock::Activity::default());
     let (h, stop) = (health.clone(), shutdown.clone());
     let (p, channel, tx) = (pool.clone(), settings.table.channel(), wake_tx.clone());
     tracker.spawn(supervise::supervised(
         "listener",
         h,
         stop.clone(),
-        move || wakeup::listen(p.clone(), channel.clone(), tx.clone(), stop.clone()),
+        move || crate::wakeup::listen::listen(p.clone(), channel.clone(), tx.clone(), stop.clone()),
     ));
     let (h, stop) = (health.clone(), shutdown.clone());
     let (p, table, a) = (pool.clone(), settings.table.clone(), activity.clone());
@@ -81,7 +79,7 @@ pub fn spawn<S: JobSink + 'static>(
         h,
         stop.clone(),
         move || {
-            lease::keep_awake(
+            crate::wakeup::lock::keep_awake(
                 p.clone(),
                 table.clone(),
                 a.clone(),

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::health::{Dependency, Health};
 use crate::error::{Error, Reason, Result};
-use crate::redis_conn::RedisConnection;
+use crate::redis::connection::RedisConnection;
 use crate::table::TableName;
 use crate::telemetry::metrics;
 
@@ -25,8 +25,6 @@ use crate::telemetry::metrics;
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// How often the backlog gauges are sampled.
 pub const BACKLOG_INTERVAL: Duration = Duration::from_secs(5);
-/// Lifetime of the probe's key.
-const PROBE_KEY_TTL_MS: u64 = 10_000;
 
 /// What one round of checks found.
 #[derive(Debug)]
@@ -154,14 +152,16 @@ impl Probe {
         };
         // Connected lazily (and kept): the probe runs from the start, Redis up or not.
         if self.con.is_none() {
-            let con =
-                tokio::time::timeout(timeout, crate::redis_conn::connect(&self.redis, timeout))
-                    .await
-                    .map_err(|_| timed_out())??;
+            let con = tokio::time::timeout(
+                timeout,
+                crate::redis::connection::connect(&self.redis, timeout),
+            )
+            .await
+            .map_err(|_| timed_out())??;
             self.con = Some(con);
         }
         let con = self.con.as_mut().expect("connected above");
-        tokio::time::timeout(timeout, writable(con, &self.probe_key))
+        tokio::time::timeout(timeout, crate::redis::probe::writable(con, &self.probe_key))
             .await
             .map_err(|_| timed_out())?
             .map_err(Error::Redis)
@@ -172,32 +172,6 @@ impl Probe {
 /// which are as much a reason not to be ready but are reported as Postgres failures).
 fn missing_relation(e: &Error) -> bool {
     matches!(e, Error::Database(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42P01"))
-}
-
-/// Whether Redis takes the relay's writes: a `SET` with a short TTL succeeds (refused with
-/// `OOM` at `maxmemory`, `READONLY` on a replica, `LOADING`, `MASTERDOWN`, `NOPERM`, ...)
-/// and `ROLE` says master (a replica with `replica-read-only no` takes writes it will lose).
-async fn writable(con: &mut RedisConnection, key: &str) -> redis::RedisResult<()> {
-    let ((), role): ((), Vec<redis::Value>) = redis::pipe()
-        .cmd("SET")
-        .arg(key)
-        .arg(std::process::id())
-        .arg("PX")
-        .arg(PROBE_KEY_TTL_MS)
-        .cmd("ROLE")
-        .query_async(con)
-        .await?;
-    let role = role
-        .first()
-        .and_then(|v| redis::from_redis_value::<String>(v).ok());
-    match role.as_deref() {
-        Some("master") => Ok(()),
-        other => Err(redis::RedisError::from((
-            redis::ErrorKind::ReadOnly,
-            "not a master: writes are refused",
-            format!("ROLE answered {other:?}"),
-        ))),
-    }
 }
 
 /// The daemon's probe task: runs the [`Probe`] every [`PROBE_INTERVAL`] and reports to

@@ -1,6 +1,6 @@
 //! The relay's SQL, rendered once per table.
 
-use crate::layout::LayoutKind;
+use crate::redis::layout::LayoutKind;
 use crate::table::TableName;
 
 /// Columns of a row handed back for a retry or a dead letter, in `unnest` order.
@@ -60,7 +60,7 @@ impl Queries {
     }
 
     /// Renders the statements for `table` and `layout`. When the layout orders flows
-    /// ([`crate::layout::Layout::orders_flows`]), the claim takes a row only once no other
+    /// ([`crate::redis::layout::Layout::orders_flows`]), the claim takes a row only once no other
     /// pending row names it as its parent or predecessor: a flow's children and heirs reach
     /// Redis before the job they wait for, and never after it might have finished. The two
     /// partial indexes of migration 7 keep that test to two index probes per row.

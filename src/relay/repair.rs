@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::enqueue::{Enqueuer, Outcome};
+use crate::redis::enqueue::{Enqueuer, Outcome};
 use crate::telemetry::metrics;
 
 /// How often the housekeeping runs.
@@ -59,12 +59,12 @@ pub async fn repair(
 async fn step(
     enqueuer: &Enqueuer,
     client: &redis::Client,
-    con: &mut Option<crate::redis_conn::RedisConnection>,
+    con: &mut Option<crate::redis::connection::RedisConnection>,
     timeout: Duration,
 ) -> crate::Result<u64> {
     let con = match con {
         Some(c) => c,
-        None => con.insert(crate::redis_conn::connect(client, timeout).await?),
+        None => con.insert(crate::redis::connection::connect(client, timeout).await?),
     };
     tokio::time::timeout(timeout, enqueuer.repair(con, REPAIR_GRACE, REPAIR_LIMIT))
         .await

@@ -3,8 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::enqueue::Outcome;
 use crate::error::{Dependency, Reason};
+use crate::redis::enqueue::Outcome;
 
 /// Counts of one or more batches.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

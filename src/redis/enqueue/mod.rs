@@ -1,7 +1,7 @@
 //! The Redis enqueue algorithm (docs/layouts.md#the-enqueue-algorithm), as a library function.
 //!
 //! [`Enqueuer::enqueue_batch`] runs the algorithm for many jobs in one `EVALSHA` of the
-//! layout's script ([`crate::layout`]; loaded again whenever Redis answers `NOSCRIPT`, e.g.
+//! layout's script ([`crate::redis::layout`]; loaded again whenever Redis answers `NOSCRIPT`, e.g.
 //! after a restart). The script is atomic: a crash never leaves half of a job's writes behind. Inside it, each job is
 //! checked (dedup marker, key types) before anything is written, so a job the script refuses
 //! leaves no trace and its retry is not mistaken for a duplicate.
@@ -16,7 +16,7 @@ use redis::Value;
 pub use self::outcome::Outcome;
 use crate::error::{Error, Result};
 use crate::job::Job;
-use crate::layout::{Layout, LayoutKind};
+use crate::redis::layout::{Layout, LayoutKind};
 
 /// Jobs per script call. Bounds how long one call blocks Redis (a few milliseconds).
 pub const MAX_JOBS_PER_CALL: usize = 1000;

@@ -19,6 +19,7 @@
 //! (`idle_session_timeout`, Postgres 14 and later); other relays still poll meanwhile.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sqlx::{Connection, PgConnection, PgPool};
@@ -85,98 +86,169 @@ impl Activity {
     }
 }
 
-/// Runs the wake-up lock until `shutdown`, bumping `wake` whenever workers should claim.
-pub async fn keep_awake(
+/// What [`WakeupLock::step`] asks for next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Step again after this pause.
+    Pause(Duration),
+    /// Nobody is awake: step again once a worker claims rows (or after [`AWAKE_WINDOW`]).
+    Idle,
+}
+
+/// The wake-up lock as a state machine: [`WakeupLock::step`] does one transition (take the
+/// lock, poll once, or release it and wait for older transactions), [`keep_awake`] repeats it.
+pub struct WakeupLock {
     pool: PgPool,
-    table: TableName,
-    activity: std::sync::Arc<Activity>,
+    channel: String,
+    ready_sql: String,
+    activity: Arc<Activity>,
     wake: watch::Sender<u64>,
-    shutdown: CancellationToken,
-) {
-    let channel = table.channel();
-    // The claim's own access path (the primary key, in id order): after a burst the heap is
-    // full of dead tuples until vacuum runs, and a sequential scan would read all of them
-    // every millisecond, while the index scan skips entries already marked dead.
-    let ready_sql = format!(
-        "SELECT EXISTS (SELECT 1 FROM {} WHERE available_at <= now() ORDER BY id LIMIT 1)",
-        table.pending()
-    );
-    let bump = || wake.send_modify(|g| *g = g.wrapping_add(1));
-    // The lock's session, kept from a failed try to the next, and whether it holds the lock.
-    let mut session: Option<PgConnection> = None;
-    let mut held = false;
-    let mut tried_at: Option<Instant> = None;
-    // While Postgres fails, wait as the workers do instead of polling every millisecond.
-    let mut backoff = crate::backoff::Backoff::transient();
-    loop {
-        if shutdown.is_cancelled() {
-            if let Some(con) = session.take() {
-                let _ = con.close().await;
-            }
-            return;
+    /// The lock's session, kept from a failed try to the next.
+    session: Option<PgConnection>,
+    held: bool,
+    tried_at: Option<Instant>,
+    /// While Postgres fails, wait as the workers do instead of polling every millisecond.
+    backoff: crate::backoff::Backoff,
+}
+
+impl WakeupLock {
+    /// The lock of `table`'s channel, kept while `activity` is awake; `wake` is bumped
+    /// whenever workers should claim.
+    pub fn new(
+        pool: PgPool,
+        table: &TableName,
+        activity: Arc<Activity>,
+        wake: watch::Sender<u64>,
+    ) -> Self {
+        WakeupLock {
+            pool,
+            channel: table.channel(),
+            // The claim's own access path (the primary key, in id order): after a burst the
+            // heap is full of dead tuples until vacuum runs, and a sequential scan would read
+            // all of them every millisecond, while the index scan skips entries already marked
+            // dead.
+            ready_sql: format!(
+                "SELECT EXISTS (SELECT 1 FROM {} WHERE available_at <= now() ORDER BY id LIMIT 1)",
+                table.pending()
+            ),
+            activity,
+            wake,
+            session: None,
+            held: false,
+            tried_at: None,
+            backoff: crate::backoff::Backoff::transient(),
         }
-        if activity.is_awake() {
-            if !held && tried_at.is_none_or(|t| t.elapsed() >= LOCK_WAIT) {
-                tried_at = Some(Instant::now());
-                match try_lock(&pool, &mut session, &channel).await {
+    }
+
+    /// Whether this relay holds the lock (producers skip NOTIFY).
+    pub fn held(&self) -> bool {
+        self.held
+    }
+
+    fn bump(&self) {
+        self.wake.send_modify(|g| *g = g.wrapping_add(1));
+    }
+
+    /// One transition. While a worker claimed rows within [`AWAKE_WINDOW`]: take the lock if
+    /// not held (trying at most every [`LOCK_WAIT`]), then poll the table once, waking the
+    /// workers if a row is claimable. Once nobody is awake: release the lock, wait until every
+    /// transaction running at that moment has ended (a producer that skipped NOTIFY has then
+    /// committed), and wake the workers for one more claim.
+    pub async fn step(&mut self, shutdown: &CancellationToken) -> Next {
+        if self.activity.is_awake() {
+            if !self.held && self.tried_at.is_none_or(|t| t.elapsed() >= LOCK_WAIT) {
+                self.tried_at = Some(Instant::now());
+                match try_lock(&self.pool, &mut self.session, &self.channel).await {
                     Ok(true) => {
                         tracing::debug!("wake-up lock taken: producers skip NOTIFY");
-                        held = true;
+                        self.held = true;
                     }
                     // Producers that skipped NOTIFY while this waited for the lock have
                     // committed or are about to: claim once more so none waits for the poll.
-                    Ok(false) => bump(),
+                    Ok(false) => self.bump(),
                     Err(e) => {
                         tracing::debug!(error = %e, "cannot take the wake-up lock");
-                        session = None;
+                        self.session = None;
                     }
                 }
             }
-            let pause = match session.as_mut().filter(|_| held) {
+            let held = self.held;
+            let pause = match self.session.as_mut().filter(|_| held) {
                 // Not held (a producer's long transaction, or Postgres failing): producers
                 // notify; nothing to poll until the next try.
                 None => LOCK_WAIT,
-                Some(con) => match sqlx::query_scalar::<_, bool>(&ready_sql)
+                Some(con) => match sqlx::query_scalar::<_, bool>(&self.ready_sql)
                     .fetch_one(con)
                     .await
                 {
                     Ok(ready) => {
                         if ready {
-                            bump();
+                            self.bump();
                         }
-                        backoff.reset();
+                        self.backoff.reset();
                         AWAKE_POLL
                     }
                     Err(e) => {
                         // The session is gone or failing, and its lock with it (or soon): the
                         // workers report the outage; this task keeps out of the way.
                         tracing::debug!(error = %e, "wake-up poll failed");
-                        (session, held) = (None, false);
-                        backoff.next_delay()
+                        (self.session, self.held) = (None, false);
+                        self.backoff.next_delay()
                     }
                 },
             };
-            tokio::select! {
-                _ = shutdown.cancelled() => {}
-                _ = tokio::time::sleep(pause) => {}
-            }
-        } else if let Some(con) = session.take() {
+            Next::Pause(pause)
+        } else if let Some(con) = self.session.take() {
             // Held, or tried: a try that waited made producers skip NOTIFY meanwhile too.
-            if let Err(e) = unlock_and_settle(con, held, &channel, &shutdown).await {
+            if let Err(e) = unlock_and_settle(con, self.held, &self.channel, shutdown).await {
                 tracing::debug!(error = %e, "wake-up lock release failed");
             }
             // Rows committed by producers that skipped NOTIFY are visible now.
             tracing::debug!("wake-up lock released: producers notify again");
-            bump();
-            (held, tried_at) = (false, None);
+            self.bump();
+            (self.held, self.tried_at) = (false, None);
+            Next::Pause(Duration::ZERO)
         } else {
-            tokio::select! {
-                _ = shutdown.cancelled() => {}
-                _ = activity.changed.notified() => {}
-                _ = tokio::time::sleep(AWAKE_WINDOW) => {}
+            Next::Idle
+        }
+    }
+
+    /// Closes the lock's session (which releases the lock).
+    pub async fn close(&mut self) {
+        if let Some(con) = self.session.take() {
+            let _ = con.close().await;
+        }
+        self.held = false;
+    }
+}
+
+/// Runs the wake-up lock until `shutdown`, bumping `wake` whenever workers should claim.
+pub async fn keep_awake(
+    pool: PgPool,
+    table: TableName,
+    activity: Arc<Activity>,
+    wake: watch::Sender<u64>,
+    shutdown: CancellationToken,
+) {
+    let mut lock = WakeupLock::new(pool, &table, activity.clone(), wake);
+    while !shutdown.is_cancelled() {
+        match lock.step(&shutdown).await {
+            Next::Pause(pause) => {
+                tokio::select! {
+                    _ = shutdown.cancelled() => {}
+                    _ = tokio::time::sleep(pause) => {}
+                }
+            }
+            Next::Idle => {
+                tokio::select! {
+                    _ = shutdown.cancelled() => {}
+                    _ = activity.changed.notified() => {}
+                    _ = tokio::time::sleep(AWAKE_WINDOW) => {}
+                }
             }
         }
     }
+    lock.close().await;
 }
 
 /// Takes the wake-up lock in `session` (opened from `pool` if `None`); `false` when producers'

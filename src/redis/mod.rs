@@ -1,0 +1,15 @@
+//! Everything that talks to Redis: the connection, the enqueue algorithm and its layouts (wire
+//! format, keys, scripts), the relay's sink, and the writability probe.
+//!
+//! - [`connection`]: self-reconnecting connections with bounded waits.
+//! - [`enqueue`]: [`enqueue::Enqueuer`] runs a layout's script for a batch of jobs; per-job
+//!   [`enqueue::Outcome`]s.
+//! - [`layout`]: the layouts, `jobrelay` and `conveyor`.
+//! - [`sink`]: [`sink::RedisSink`], the claim loop's [`crate::relay::JobSink`] for Redis.
+//! - [`probe`]: whether Redis takes writes as a master.
+
+pub mod connection;
+pub mod enqueue;
+pub mod layout;
+pub mod probe;
+pub mod sink;

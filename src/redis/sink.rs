@@ -1,0 +1,157 @@
+//! [`RedisSink`]: the claim loop's jobs into Redis, through the layout's enqueue script, with
+//! the push bounded in time and a request Redis rejects isolated job by job.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, ErrorClass, Reason, Result};
+use crate::job::Job;
+use crate::redis::connection::RedisConnection;
+use crate::redis::enqueue::{Enqueuer, JobResult};
+use crate::relay::sink::JobSink;
+
+/// A [`JobSink`] that runs the enqueue algorithm on a Redis connection, bounded by a timeout.
+///
+/// When Redis answers a call with an error about the request itself, or closes the connection
+/// on it while it still answers a `PING`, the jobs concerned are pushed one by one, so that the
+/// job at fault fails alone ([`Error::Refused`]: a per-job failure, not an outage) and the jobs
+/// behind it go through.
+#[derive(Clone)]
+pub struct RedisSink {
+    enqueuer: Enqueuer,
+    con: RedisConnection,
+    push_timeout: Duration,
+}
+
+impl RedisSink {
+    /// A sink pushing through `con`; a push (isolation included) that takes longer than
+    /// `push_timeout` fails as transient, so no row lock is held much longer than that.
+    pub fn new(enqueuer: Enqueuer, con: RedisConnection, push_timeout: Duration) -> Self {
+        RedisSink {
+            enqueuer,
+            con,
+            push_timeout,
+        }
+    }
+
+    /// Whether Redis answers at all right after a request failed with `reason`: if it does,
+    /// the request (not the server) is at fault.
+    async fn request_at_fault(&self, con: &mut RedisConnection, reason: Reason) -> bool {
+        match reason {
+            Reason::Other => true,
+            Reason::Unreachable => {
+                let cmd = redis::cmd("PING");
+                let ping = cmd.query_async::<String>(con);
+                matches!(
+                    tokio::time::timeout(self.push_timeout.min(Duration::from_secs(1)), ping).await,
+                    Ok(Ok(_))
+                )
+            }
+            _ => false,
+        }
+    }
+
+    /// Pushes `jobs[i]` for each `i` in `suspects` alone, before `deadline`, into `results`.
+    /// Stops at an outage: the jobs not pushed by then are left as they were.
+    async fn isolate(
+        &self,
+        con: &mut RedisConnection,
+        jobs: &[Job],
+        suspects: &[usize],
+        results: &mut [JobResult],
+        deadline: Instant,
+    ) {
+        tracing::warn!(
+            jobs = suspects.len(),
+            "redis refused a push or closed the connection on it; pushing its jobs one by one"
+        );
+        for &i in suspects {
+            let job = std::slice::from_ref(&jobs[i]);
+            let one =
+                tokio::time::timeout_at(deadline, self.enqueuer.enqueue_batch(con, job)).await;
+            let result = match one {
+                Err(_) => return,
+                Ok(Ok(mut r)) => r.pop().expect("one result per job"),
+                Ok(Err(e)) if self.request_at_fault(con, e.reason()).await => {
+                    let size = jobs[i].payload.len();
+                    Err(Error::Refused {
+                        uuid: jobs[i].uuid,
+                        message: if e.reason() == Reason::Unreachable {
+                            format!(
+                                "redis closed the connection on this job alone ({size} bytes of \
+                                 payload; is it over proto-max-bulk-len?): {e}"
+                            )
+                        } else {
+                            e.to_string()
+                        },
+                    })
+                }
+                Ok(Err(_)) => return,
+            };
+            results[i] = result;
+        }
+    }
+}
+
+impl JobSink for RedisSink {
+    async fn push(&self, jobs: &[Job]) -> Result<Vec<JobResult>> {
+        let deadline = Instant::now() + self.push_timeout;
+        let mut con = self.con.clone();
+        // Each script call is bounded, not the push as a whole: calls Redis answered before the
+        // deadline keep their outcomes and are committed (an acknowledged push is never rolled
+        // back), and only the rest are kept for the next batch.
+        let first = self
+            .enqueuer
+            .enqueue_batch_until(&mut con, jobs, Some((deadline, self.push_timeout)))
+            .await;
+        let (mut results, at_fault) = match first {
+            Ok(results) => (results, false),
+            Err(e) if self.request_at_fault(&mut con, e.reason()).await => {
+                let (reason, message) = (e.reason(), e.to_string());
+                let results = jobs
+                    .iter()
+                    .map(|job| {
+                        Err(Error::Unacknowledged {
+                            uuid: job.uuid,
+                            reason,
+                            message: message.clone(),
+                        })
+                    })
+                    .collect();
+                (results, true)
+            }
+            Err(e) => return Err(e),
+        };
+        // Jobs whose call failed for a reason that points at the request rather than Redis.
+        let mut suspects = Vec::new();
+        for (i, r) in results.iter().enumerate() {
+            if let Err(Error::Unacknowledged { reason, .. }) = r {
+                if matches!(reason, Reason::Other | Reason::Unreachable) {
+                    suspects.push(i);
+                }
+            }
+        }
+        if !suspects.is_empty() {
+            let reason = match &results[suspects[0]] {
+                Err(e) => e.reason(),
+                Ok(_) => Reason::Other,
+            };
+            if at_fault || self.request_at_fault(&mut con, reason).await {
+                self.isolate(&mut con, jobs, &suspects, &mut results, deadline)
+                    .await;
+            }
+        }
+        if results
+            .iter()
+            .all(|r| matches!(r, Err(e) if e.class() == ErrorClass::Transient))
+        {
+            // Nothing acknowledged after all: fail the push as a whole.
+            if let Some(Err(e)) = results.into_iter().next() {
+                return Err(e);
+            }
+            return Ok(Vec::new());
+        }
+        Ok(results)
+    }
+}
