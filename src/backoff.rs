@@ -8,7 +8,7 @@ use rand::Rng;
 /// from its upper half ("equal jitter") so that many relays that failed together do not retry
 /// together, while no delay falls below half its nominal value.
 #[derive(Debug, Clone)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     base: Duration,
     cap: Duration,
     failures: u32,
@@ -16,12 +16,12 @@ pub struct Backoff {
 
 impl Backoff {
     /// The relay's reconnect backoff for Redis or Postgres outages: 100 ms doubling to 30 s.
-    pub fn transient() -> Self {
+    pub(crate) fn transient() -> Self {
         Backoff::new(Duration::from_millis(100), Duration::from_secs(30))
     }
 
     /// A backoff starting at `base` and never exceeding `cap`.
-    pub fn new(base: Duration, cap: Duration) -> Self {
+    pub(crate) fn new(base: Duration, cap: Duration) -> Self {
         Backoff {
             base,
             cap,
@@ -30,26 +30,26 @@ impl Backoff {
     }
 
     /// The delay before the next try; counts one more failure.
-    pub fn next_delay(&mut self) -> Duration {
+    pub(crate) fn next_delay(&mut self) -> Duration {
         let nominal = nominal(self.base, self.cap, self.failures);
         self.failures = self.failures.saturating_add(1);
         jitter(nominal)
     }
 
     /// Forgets the failures: the next delay is `base` again.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.failures = 0;
     }
 
     /// Failures counted since the last reset.
-    pub fn failures(&self) -> u32 {
+    pub(crate) fn failures(&self) -> u32 {
         self.failures
     }
 }
 
 /// The delay before a job's next attempt after `attempts` failed ones (docs/guarantees.md#failure-classes): 1 s doubling,
 /// capped at 5 minutes, with jitter.
-pub fn per_job_delay(attempts: u32) -> Duration {
+pub(crate) fn per_job_delay(attempts: u32) -> Duration {
     jitter(nominal(
         Duration::from_secs(1),
         Duration::from_secs(300),

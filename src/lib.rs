@@ -22,8 +22,10 @@
 //! - The binary (`src/main.rs`, `src/commands/`, one file per command) uses only this
 //!   library's public API, with the feature `daemon` (default).
 
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod admin;
-pub mod backoff;
+pub(crate) mod backoff;
 #[cfg(feature = "daemon")]
 pub mod config;
 pub mod db;

@@ -44,28 +44,28 @@ pub(crate) struct PgTimestamp(i64);
 
 impl PgTimestamp {
     /// Postgres's `infinity`.
-    pub const INFINITY: PgTimestamp = PgTimestamp(i64::MAX);
+    pub(crate) const INFINITY: PgTimestamp = PgTimestamp(i64::MAX);
     /// Postgres's `-infinity`.
-    pub const NEG_INFINITY: PgTimestamp = PgTimestamp(i64::MIN);
+    pub(crate) const NEG_INFINITY: PgTimestamp = PgTimestamp(i64::MIN);
 
     /// The value with Postgres's raw representation `micros`.
-    pub const fn from_raw(micros: i64) -> Self {
+    pub(crate) const fn from_raw(micros: i64) -> Self {
         PgTimestamp(micros)
     }
 
     /// Postgres's raw representation.
-    pub const fn raw(self) -> i64 {
+    pub(crate) const fn raw(self) -> i64 {
         self.0
     }
 
     /// Neither `infinity` nor `-infinity`.
-    pub const fn is_finite(self) -> bool {
+    pub(crate) const fn is_finite(self) -> bool {
         self.0 != i64::MAX && self.0 != i64::MIN
     }
 
     /// The instant, when a protobuf Timestamp can carry it (0001-01-01T00:00:00Z ..=
     /// 9999-12-31T23:59:59.999999Z), else `None`. Cheap: a range check and integer arithmetic.
-    pub fn to_relayable(self) -> Option<DateTime<Utc>> {
+    pub(crate) fn to_relayable(self) -> Option<DateTime<Utc>> {
         if !(RELAYABLE_MIN..=RELAYABLE_MAX).contains(&self.0) {
             return None;
         }
@@ -74,7 +74,7 @@ impl PgTimestamp {
 
     /// The instant, when chrono can hold it (any finite value within chrono's years), else
     /// `None`.
-    pub fn to_datetime(self) -> Option<DateTime<Utc>> {
+    pub(crate) fn to_datetime(self) -> Option<DateTime<Utc>> {
         if !self.is_finite() {
             return None;
         }
@@ -83,7 +83,7 @@ impl PgTimestamp {
 
     /// The value Postgres stores for `t` (sub-microsecond digits dropped, as Postgres does).
     /// Every chrono instant fits: chrono's years span less than an `i64` of microseconds.
-    pub fn from_datetime(t: DateTime<Utc>) -> Self {
+    pub(crate) fn from_datetime(t: DateTime<Utc>) -> Self {
         // Saturating only to rule out a panic: no chrono value comes near either end.
         PgTimestamp(t.timestamp_micros().saturating_sub(PG_EPOCH_UNIX_MICROS))
     }

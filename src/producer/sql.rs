@@ -17,7 +17,7 @@ pub(crate) struct Sql {
 }
 
 impl Sql {
-    pub fn new(table: &TableName) -> Self {
+    pub(super) fn new(table: &TableName) -> Self {
         let t = table.pending();
         Sql {
             insert: format!(

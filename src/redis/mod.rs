@@ -6,10 +6,10 @@
 //!   [`enqueue::Outcome`]s.
 //! - [`layout`]: the layouts, `jobrelay` and `conveyor`.
 //! - [`sink`]: [`sink::RedisSink`], the claim loop's [`crate::relay::JobSink`] for Redis.
-//! - [`probe`]: whether Redis takes writes as a master.
+//! - `probe`: whether Redis takes writes as a master (used by [`crate::relay::probe`]).
 
 pub mod connection;
 pub mod enqueue;
 pub mod layout;
-pub mod probe;
+pub(crate) mod probe;
 pub mod sink;

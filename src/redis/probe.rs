@@ -3,12 +3,12 @@
 use crate::redis::connection::RedisConnection;
 
 /// Lifetime of the probe's key.
-pub const PROBE_KEY_TTL_MS: u64 = 10_000;
+pub(crate) const PROBE_KEY_TTL_MS: u64 = 10_000;
 
 /// Whether Redis takes the relay's writes: a `SET` with a short TTL succeeds (refused with
 /// `OOM` at `maxmemory`, `READONLY` on a replica, `LOADING`, `MASTERDOWN`, `NOPERM`, ...)
 /// and `ROLE` says master (a replica with `replica-read-only no` takes writes it will lose).
-pub async fn writable(con: &mut RedisConnection, key: &str) -> redis::RedisResult<()> {
+pub(crate) async fn writable(con: &mut RedisConnection, key: &str) -> redis::RedisResult<()> {
     let ((), role): ((), Vec<redis::Value>) = redis::pipe()
         .cmd("SET")
         .arg(key)

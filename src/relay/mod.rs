@@ -1,7 +1,7 @@
 //! The relay: claim committed rows, run the enqueue algorithm, delete what Redis acknowledged.
 //!
 //! - [`batch`]: one step (claim, push, delete or hand back, commit): [`Batcher::run_once`].
-//! - [`worker`]: the daemon's loop over that step, woken by [`crate::wakeup`] or the poll interval.
+//! - `worker`: the daemon's loop over that step, woken by [`crate::wakeup`] or the poll interval.
 //! - [`mod@sweep`]: the one-shot recovery sweep over the same step.
 //! - [`sink`]: the seam to Redis ([`JobSink`]; Redis's is [`crate::redis::sink::RedisSink`]).
 //! - [`health`], [`probe`]: dependency state for logs, probes and `jobrelay_up`.
@@ -16,10 +16,10 @@ pub mod repair;
 pub mod report;
 mod row;
 pub mod sink;
-pub mod slots;
-pub mod supervise;
+pub(crate) mod slots;
+pub(crate) mod supervise;
 pub mod sweep;
-pub mod worker;
+pub(crate) mod worker;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,7 +52,7 @@ pub struct RelaySettings {
 /// Starts the notification listener and one worker per sink on `tracker`, until `shutdown`.
 ///
 /// Each worker finishes the batch in hand after `shutdown` fires, then stops. Wait for them
-/// with `tracker.close(); tracker.wait()`. Every task is [`supervise::supervised`]: one that
+/// with `tracker.close(); tracker.wait()`. Every task is supervised (`supervise.rs`): one that
 /// panics is logged, counted and restarted.
 pub fn spawn<S: JobSink + 'static>(
     tracker: &TaskTracker,

@@ -61,7 +61,7 @@ pub(crate) struct RowMeta {
 impl PendingRow {
     /// The row's job, or why it can never be one (permanent). On failure the row comes back
     /// unchanged (a timestamp a job cannot carry, e.g. `infinity`, stays as it was).
-    pub fn into_job(self) -> std::result::Result<(RowMeta, Job), Box<(PendingRow, Error)>> {
+    pub(super) fn into_job(self) -> std::result::Result<(RowMeta, Job), Box<(PendingRow, Error)>> {
         let times = self
             .run_at
             .map(|t| relayable("run_at", t))
@@ -98,7 +98,7 @@ impl PendingRow {
     }
 
     /// The row of a job (for handing it back to the table).
-    pub fn from_job(meta: RowMeta, job: &Job) -> PendingRow {
+    pub(super) fn from_job(meta: RowMeta, job: &Job) -> PendingRow {
         PendingRow {
             id: meta.id,
             uuid: job.uuid,

@@ -16,11 +16,11 @@ use tokio_util::sync::CancellationToken;
 
 /// The first wait after finding every slot taken (a slot taken by another relay's idle poll is
 /// free again within a millisecond); it doubles while that goes on, up to the poll interval.
-pub const FIRST_WAIT: Duration = Duration::from_millis(25);
+pub(crate) const FIRST_WAIT: Duration = Duration::from_millis(25);
 
 /// Shared by the workers of one relay.
 #[derive(Debug)]
-pub struct SlotGate {
+pub(crate) struct SlotGate {
     base: Instant,
     /// Milliseconds since `base` until which no worker of this relay asks for a slot; 0: open.
     closed_until: AtomicU64,
@@ -49,7 +49,8 @@ impl SlotGate {
     }
 
     /// Whether a worker is kept from asking now.
-    pub fn is_closed(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_closed(&self) -> bool {
         self.closed_until.load(Ordering::Acquire) != 0
     }
 
@@ -57,7 +58,7 @@ impl SlotGate {
     /// wait is over and no other worker of the relay is asking, or when the gate opens. `None`
     /// if `shutdown` fired first. Report the claim's answer on the [`Pass`]; a pass dropped
     /// without an answer (the batch failed or panicked) lets another worker ask.
-    pub async fn admit(&self, shutdown: &CancellationToken) -> Option<Pass<'_>> {
+    pub(crate) async fn admit(&self, shutdown: &CancellationToken) -> Option<Pass<'_>> {
         loop {
             let opened = self.opened.notified();
             tokio::pin!(opened);
@@ -97,7 +98,7 @@ impl SlotGate {
 
 /// Leave to claim once, from [`SlotGate::admit`].
 #[derive(Debug)]
-pub struct Pass<'a> {
+pub(crate) struct Pass<'a> {
     gate: &'a SlotGate,
     scout: bool,
 }
@@ -105,7 +106,7 @@ pub struct Pass<'a> {
 impl Pass<'_> {
     /// Every slot was taken: close the gate for the current wait, and double the wait (up to
     /// `longest`) for the next time.
-    pub fn none_free(self, longest: Duration) {
+    pub(crate) fn none_free(self, longest: Duration) {
         let gate = self.gate;
         let wait = gate.wait_ms.load(Ordering::Acquire);
         let next = (wait * 2).min(longest.as_millis().max(1) as u64);
@@ -115,7 +116,7 @@ impl Pass<'_> {
     }
 
     /// The claim held a slot: open the gate and release the relay's waiting workers at once.
-    pub fn got_one(self) {
+    pub(crate) fn got_one(self) {
         let gate = self.gate;
         if gate.closed_until.swap(0, Ordering::AcqRel) != 0 {
             gate.wait_ms

@@ -23,7 +23,7 @@ const STABLE_RUN: Duration = Duration::from_secs(60);
 
 /// Runs `make()` until it returns; each time it panics, records it in `health` and runs a new
 /// `make()` after a backoff (100 ms doubling to 30 s), unless `shutdown` fires first.
-pub async fn supervised<F, Fut>(
+pub(crate) async fn supervised<F, Fut>(
     task: &'static str,
     health: Arc<Health>,
     shutdown: CancellationToken,
@@ -50,7 +50,7 @@ pub async fn supervised<F, Fut>(
 }
 
 /// The text of a panic payload (`&str` or `String`, as `panic!` makes them).
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = payload.downcast_ref::<String>() {

@@ -20,7 +20,7 @@ use crate::wakeup::lock::Activity;
 /// are all taken, the relay's workers wait at `slots` (one of them asks). The batch in hand
 /// when `shutdown` fires is finished, not abandoned.
 #[allow(clippy::too_many_arguments)]
-pub async fn work<S: JobSink>(
+pub(crate) async fn work<S: JobSink>(
     batcher: Arc<Batcher<S>>,
     batch_size: usize,
     poll_interval: Duration,

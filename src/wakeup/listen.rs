@@ -13,7 +13,7 @@ use crate::backoff::Backoff;
 
 /// Listens on `channel` until `shutdown`, bumping `wake` on every notification and after every
 /// reconnect (notifications sent while disconnected are lost, so workers should look).
-pub async fn listen(
+pub(crate) async fn listen(
     pool: PgPool,
     channel: String,
     wake: watch::Sender<u64>,
