@@ -26,6 +26,7 @@
 
 pub mod admin;
 pub(crate) mod backoff;
+pub(crate) mod columns;
 #[cfg(feature = "daemon")]
 pub mod config;
 pub mod db;

@@ -245,13 +245,10 @@ pub async fn requeue(pool: &PgPool, table: &TableName, sel: &Selection) -> Resul
         .collect::<std::result::Result<Vec<i64>, _>>()?;
     let sql = format!(
         "WITH moved AS (DELETE FROM {d} WHERE {cond} AND ({RELAYABLE}) IS TRUE
-                        RETURNING id, uuid, queue, job_type, payload, parent_uuid,
-                                  predecessor_uuid, dead_parent, run_at, headers, created_at)
-         INSERT INTO {t} (uuid, queue, job_type, payload, parent_uuid, predecessor_uuid,
-                          dead_parent, run_at, headers, created_at)
-         SELECT uuid, queue, job_type, payload, parent_uuid, predecessor_uuid, dead_parent,
-                run_at, headers, created_at
-         FROM moved ORDER BY id",
+                        RETURNING id, {job})
+         INSERT INTO {t} ({job})
+         SELECT {job} FROM moved ORDER BY id",
+        job = crate::columns::list(crate::columns::JOB_AND_CREATED),
         d = table.dead(),
         t = table.pending(),
         cond = sel.condition()

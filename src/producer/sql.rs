@@ -1,6 +1,7 @@
 //! The producer's SQL, rendered once per outbox table. Each statement handles any number of
 //! jobs through array parameters, so a batch costs one round trip whatever its size.
 
+use crate::columns::{self, JOB};
 use crate::table::TableName;
 
 /// Statements for one outbox table.
@@ -20,17 +21,13 @@ impl Sql {
     pub(super) fn new(table: &TableName) -> Self {
         let t = table.pending();
         Sql {
+            // `WITH ORDINALITY` numbers the elements, `n`: rows are inserted in array order.
             insert: format!(
-                "INSERT INTO {t} (uuid, queue, job_type, payload, parent_uuid, predecessor_uuid, \
-                                  dead_parent, run_at, headers) \
-                 SELECT u.uuid, u.queue, u.job_type, u.payload, u.parent_uuid, u.predecessor_uuid, \
-                        u.dead_parent, u.run_at, u.headers::jsonb \
-                 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::uuid[], \
-                             $6::uuid[], $7::bool[], $8::timestamptz[], $9::text[]) \
-                      WITH ORDINALITY AS u(uuid, queue, job_type, payload, parent_uuid, \
-                                           predecessor_uuid, dead_parent, run_at, headers, n) \
-                 ORDER BY u.n \
-                 RETURNING id, uuid, created_at"
+                "INSERT INTO {t} ({columns}) SELECT {values} FROM {unnest} ORDER BY u.n \
+                 RETURNING id, uuid, created_at",
+                columns = columns::list(JOB),
+                values = columns::from_unnest(JOB),
+                unnest = columns::unnest_numbered(JOB),
             ),
             claim: format!(
                 "SELECT p.id FROM {t} p \

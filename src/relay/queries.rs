@@ -1,22 +1,8 @@
 //! The relay's SQL, rendered once per table.
 
+use crate::columns::{self, ALL, CLAIMED};
 use crate::redis::layout::LayoutKind;
 use crate::table::TableName;
-
-/// Columns of a row handed back for a retry or a dead letter, in `unnest` order.
-const ROW_COLUMNS: &str = "id, uuid, queue, job_type, payload, parent_uuid, predecessor_uuid, \
-                           dead_parent, run_at, headers, created_at, attempts, available_at, last_error";
-
-const UNNEST: &str = "unnest($1::int8[], $2::uuid[], $3::text[], $4::text[], $5::bytea[], \
-                      $6::uuid[], $7::uuid[], $8::bool[], $9::timestamptz[], $10::text[], \
-                      $11::timestamptz[], $12::int4[], $13::float8[], $14::text[]) \
-                      AS u(id, uuid, queue, job_type, payload, parent_uuid, predecessor_uuid, \
-                      dead_parent, run_at, headers, created_at, attempts, delay, last_error)";
-
-const UNNEST_SELECT: &str = "u.id, u.uuid, u.queue, u.job_type, u.payload, u.parent_uuid, \
-                             u.predecessor_uuid, u.dead_parent, u.run_at, u.headers::jsonb, \
-                             u.created_at, u.attempts, now() + u.delay * interval '1 second', \
-                             u.last_error";
 
 /// What a claimed row is counted as besides its payload, against the batch's byte cap: the
 /// other columns, the keys and route the script call carries for it (an estimate).
@@ -66,6 +52,27 @@ impl Queries {
     /// partial indexes of migration 7 keep that test to two index probes per row.
     pub fn for_layout(table: &TableName, layout: LayoutKind) -> Self {
         let t = table.pending();
+        let row_columns = columns::list(ALL);
+        // The buried row, as the statement's snapshot saw it, with its attempt counted and why.
+        let buried_values = columns::list_with(ALL, |c| match c {
+            "attempts" => "attempts + 1".to_owned(),
+            "last_error" => "format('job too large: payload of %s bytes, over --max-job-size \
+                             (%s bytes)', octet_length(payload), $4::int8)"
+                .to_owned(),
+            c => c.to_owned(),
+        });
+        // What the claim returns, decoded by position (`columns::at`): a payload over `$4`
+        // comes back empty (it was buried), the headers as JSON text.
+        let returning = columns::list_with(CLAIMED, |c| match c {
+            "payload" => {
+                "CASE WHEN octet_length(payload) > $4::int8 THEN ''::bytea ELSE payload END"
+                    .to_owned()
+            }
+            "headers" => "headers::text AS headers".to_owned(),
+            c => c.to_owned(),
+        });
+        let unnest = columns::unnest(ALL);
+        let from_unnest = columns::from_unnest(ALL);
         let flows = if layout.layout().orders_flows() {
             format!(
                 "AND NOT EXISTS (SELECT 1 FROM {t} d WHERE d.parent_uuid = {t}.uuid AND d.id <> {t}.id)
@@ -124,11 +131,8 @@ impl Queries {
                          FROM locked WHERE NOT (SELECT all_fit FROM fits)) s
                      WHERE running <= $3::int8 OR running = counted
                  ), buried AS (
-                     INSERT INTO {d} ({ROW_COLUMNS})
-                     SELECT id, uuid, queue, job_type, payload, parent_uuid, predecessor_uuid,
-                            dead_parent, run_at, headers, created_at, attempts + 1, available_at,
-                            format('job too large: payload of %s bytes, over --max-job-size (%s bytes)',
-                                   octet_length(payload), $4::int8)
+                     INSERT INTO {d} ({row_columns})
+                     SELECT {buried_values}
                      FROM {t}
                      WHERE (SELECT any_oversize FROM fits)
                        AND ctid = ANY(ARRAY(SELECT ctid FROM taken WHERE oversize))
@@ -137,18 +141,15 @@ impl Queries {
                  WHERE ctid = ANY(CASE WHEN (SELECT all_fit FROM fits)
                                        THEN ARRAY(SELECT ctid FROM locked)
                                        ELSE ARRAY(SELECT ctid FROM taken) END)
-                 RETURNING id, uuid, queue, job_type,
-                           CASE WHEN octet_length(payload) > $4::int8 THEN ''::bytea ELSE payload END,
-                           parent_uuid, predecessor_uuid, dead_parent, run_at,
-                           headers::text AS headers, created_at, attempts,
+                 RETURNING {returning},
                            octet_length(payload) > $4::int8 AS buried,
                            NOT (SELECT all_fit FROM fits) AS capped",
                 channel = sql_literal(&table.channel())
             ),
-            retry: format!("INSERT INTO {t} ({ROW_COLUMNS}) SELECT {UNNEST_SELECT} FROM {UNNEST}"),
+            retry: format!("INSERT INTO {t} ({row_columns}) SELECT {from_unnest} FROM {unnest}"),
             slot_held: "SELECT current_setting('jobrelay.slot_held', true)".to_owned(),
             dead_letter: format!(
-                "INSERT INTO {d} ({ROW_COLUMNS}) SELECT {UNNEST_SELECT} FROM {UNNEST}"
+                "INSERT INTO {d} ({row_columns}) SELECT {from_unnest} FROM {unnest}"
             ),
         }
     }

@@ -7,6 +7,7 @@ use sqlx::postgres::PgRow;
 use sqlx::Row as _;
 use uuid::Uuid;
 
+use crate::columns::at;
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::pg_timestamp::{PgTimestamp, RELAYABLE_RANGE};
@@ -29,24 +30,25 @@ pub(crate) struct PendingRow {
     pub attempts: i32,
 }
 
-/// Decoded by position, in the order of the claim's `RETURNING` list ([`super::queries`]):
+/// Decoded by position (`columns::at`), in the order of the claim's `RETURNING` list, which
+/// is rendered from the same `columns::COLUMNS` ([`super::queries`]):
 /// the derived decoder looks every column up by name, which was the relay's largest cost per
 /// row after the socket.
 impl<'r> sqlx::FromRow<'r, PgRow> for PendingRow {
     fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
         Ok(PendingRow {
-            id: row.try_get(0)?,
-            uuid: row.try_get(1)?,
-            queue: row.try_get(2)?,
-            job_type: row.try_get(3)?,
-            payload: row.try_get(4)?,
-            parent_uuid: row.try_get(5)?,
-            predecessor_uuid: row.try_get(6)?,
-            dead_parent: row.try_get(7)?,
-            run_at: row.try_get(8)?,
-            headers: row.try_get(9)?,
-            created_at: row.try_get(10)?,
-            attempts: row.try_get(11)?,
+            id: row.try_get(at::ID)?,
+            uuid: row.try_get(at::UUID)?,
+            queue: row.try_get(at::QUEUE)?,
+            job_type: row.try_get(at::JOB_TYPE)?,
+            payload: row.try_get(at::PAYLOAD)?,
+            parent_uuid: row.try_get(at::PARENT_UUID)?,
+            predecessor_uuid: row.try_get(at::PREDECESSOR_UUID)?,
+            dead_parent: row.try_get(at::DEAD_PARENT)?,
+            run_at: row.try_get(at::RUN_AT)?,
+            headers: row.try_get(at::HEADERS)?,
+            created_at: row.try_get(at::CREATED_AT)?,
+            attempts: row.try_get(at::ATTEMPTS)?,
         })
     }
 }
