@@ -105,6 +105,7 @@ impl Enqueuer {
             .arg(&self.namespace)
             .arg(grace.as_millis() as u64)
             .arg(limit)
+            .arg(self.dedup_ttl_ms)
             .invoke_async(con)
             .await?)
     }

@@ -37,8 +37,9 @@
 --
 -- A child or heir pushed into the lists of a job that is running (its record exists) is
 -- racing conveyor's close of that job, which drains the lists first and deletes the record
--- last: the job's uuid goes into the watch set <ns>jobrelay:watch (score: milliseconds), and
--- conveyor_repair.lua sets free what is left in those lists once the record is gone.
+-- last: "<ms>:<the job's uuid>" goes into the watch set <ns>jobrelay:watch (score: when it is
+-- next due, in milliseconds), and conveyor_repair.lua sets free what is left in those lists
+-- once the record is gone.
 local ns = ARGV[1]
 local ttl = ARGV[2]
 local has_ttl = ttl ~= '0'
@@ -213,7 +214,7 @@ for i = 0, n - 1 do
       end
       if racing and anchor then
         watch[#watch + 1] = now_ms
-        watch[#watch + 1] = anchor
+        watch[#watch + 1] = now_ms .. ':' .. anchor
       end
       markers[#markers + 1] = marker
       markers[#markers + 1] = where .. (anchor or NO_ANCHOR) .. #queue_key .. ':' .. queue_key

@@ -14,10 +14,13 @@
 -- ARGV[1]  key namespace (raw prefix)
 -- ARGV[2]  grace in milliseconds
 -- ARGV[3]  most watched jobs to look at in this call
+-- ARGV[4]  the dedup marker TTL in milliseconds ("0": none): a job watched for longer (a record
+--          conveyor leaked, say) is no longer looked at; the markers this script needs are gone
 -- Returns the number of jobs set free.
 local ns = ARGV[1]
 local grace = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
+local ttl = tonumber(ARGV[4])
 local WATCH = ns .. 'jobrelay:watch'
 local MARKER_INFIX = 'jobrelay:job:'
 local NO_ANCHOR = string.rep('-', 36)
@@ -40,12 +43,18 @@ end
 
 local freed = 0
 local due = redis.call('ZRANGEBYSCORE', WATCH, '-inf', now_ms - grace, 'LIMIT', 0, limit)
-for _, anchor in ipairs(due) do
+for _, member in ipairs(due) do
+  local colon = string.find(member, ':', 1, true)
+  local since, anchor = tonumber(string.sub(member, 1, colon - 1)), string.sub(member, colon + 1)
   if redis.call('EXISTS', ns .. 'job:' .. anchor) == 1 then
-    -- Still running, or waiting for its children: look again later.
-    redis.call('ZADD', WATCH, now_ms, anchor)
+    if ttl > 0 and now_ms - since > ttl then
+      redis.call('ZREM', WATCH, member)
+    else
+      -- Still running, or waiting for its children: look again later.
+      redis.call('ZADD', WATCH, now_ms, member)
+    end
   else
-    redis.call('ZREM', WATCH, anchor)
+    redis.call('ZREM', WATCH, member)
     for _, suffix in ipairs({ ':children', ':onComplete' }) do
       local list = ns .. 'job:' .. anchor .. suffix
       if redis.call('TYPE', list).ok == 'list' then

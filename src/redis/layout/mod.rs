@@ -119,7 +119,7 @@ pub trait Layout: Send + Sync + fmt::Debug {
 
     /// A script the relay runs every second or so, if the layout needs housekeeping. It gets
     /// `ARGV[1]` = the namespace, `ARGV[2]` = a grace period in milliseconds, `ARGV[3]` = a
-    /// limit on the work of one call, and answers how many jobs it relayed as late jobs
+    /// limit on the work of one call, `ARGV[4]` = the marker TTL in milliseconds, and answers how many jobs it relayed as late jobs
     /// ([`crate::Outcome::Late`]).
     fn repair_script(&self) -> Option<&'static str> {
         None
