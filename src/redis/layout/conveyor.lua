@@ -42,10 +42,8 @@
 -- once the record is gone.
 local ns = ARGV[1]
 local ttl = ARGV[2]
-local has_ttl = ttl ~= '0'
 local FIELDS = 5
 local n = (#ARGV - 2) / FIELDS
-local CHUNK = 1000
 local NO_ANCHOR = string.rep('-', 36)
 local MARKER_INFIX = 'jobrelay:job:'
 local WATCH = ns .. 'jobrelay:watch'
@@ -53,24 +51,6 @@ local WATCH = ns .. 'jobrelay:watch'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-
--- One length-prefixed field of a marker, from position `at`: the field and the next position.
-local function field(m, at)
-  local colon = string.find(m, ':', at, true)
-  local len = tonumber(string.sub(m, at, colon - 1))
-  return string.sub(m, colon + 1, colon + len), colon + len + 1
-end
-
-local types = {}
-local function type_of(key)
-  local k = types[key]
-  if k == nil then
-    k = redis.call('TYPE', key)
-    if type(k) == 'table' then k = k.ok end
-    types[key] = k
-  end
-  return k
-end
 
 local lists, list_keys = {}, {}
 local sets, set_keys = {}, {}
@@ -84,23 +64,7 @@ local marker_of = {}
 for i = 0, n - 1 do
   marker_of[i + 1] = ARGV[2 + i * FIELDS + 1]
 end
-local some_exist = false
-for s = 1, n, CHUNK do
-  if redis.call('EXISTS', unpack(marker_of, s, math.min(s + CHUNK - 1, n))) > 0 then
-    some_exist = true
-    break
-  end
-end
-
-local function append(tbl, order, key, value)
-  local l = tbl[key]
-  if l == nil then
-    l = {}
-    tbl[key] = l
-    order[#order + 1] = key
-  end
-  l[#l + 1] = value
-end
+local some_exist = any_exists(marker_of, n)
 
 -- Whether `bytes` still wait in the list `key` (or, with zset, in the scheduled set).
 local function in_list(key, bytes)
@@ -187,16 +151,7 @@ for i = 0, n - 1 do
         key, want, outcome, where = queue_key, 'list', 1, 'q'
       end
     end
-    local refusal
-    local have = type_of(key)
-    if have ~= 'none' and have ~= want then
-      refusal = 'WRONGTYPE key ' .. key .. ' holds a ' .. have .. ', not a ' .. want
-    elseif active then
-      local have_active = type_of(active)
-      if have_active ~= 'none' and have_active ~= 'set' then
-        refusal = 'WRONGTYPE key ' .. active .. ' holds a ' .. have_active .. ', not a set'
-      end
-    end
+    local refusal = wrong_type(key, want, active)
     if refusal then
       result[i + 1] = refusal
     else
@@ -224,23 +179,7 @@ for i = 0, n - 1 do
   end
 end
 
-local function variadic(cmd, key, values)
-  for s = 1, #values, CHUNK do
-    redis.call(cmd, key, unpack(values, s, math.min(s + CHUNK - 1, #values)))
-  end
-end
-
-for _, key in ipairs(list_keys) do variadic('LPUSH', key, lists[key]) end
-for _, key in ipairs(set_keys) do variadic('SADD', key, sets[key]) end
-if #zset > 0 then variadic('ZADD', ns .. 'scheduled', zset) end
+flush(lists, list_keys, sets, set_keys, ns .. 'scheduled', zset)
 if #watch > 0 then variadic('ZADD', WATCH, watch) end
-if has_ttl then
-  for m = 1, #markers, 2 do
-    redis.call('SET', markers[m], markers[m + 1], 'PX', ttl)
-  end
-else
-  for s = 1, #markers, CHUNK do
-    redis.call('MSET', unpack(markers, s, math.min(s + CHUNK - 1, #markers)))
-  end
-end
+write_markers(markers, ttl)
 return result

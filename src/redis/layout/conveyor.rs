@@ -22,7 +22,7 @@ use std::fmt::Write as _;
 use prost::Message;
 use uuid::Uuid;
 
-use super::{uuid_str, Layout, LayoutKind};
+use super::{push_keys, uuid_str, Layout, LayoutKind};
 use crate::error::Result;
 use crate::job::{epoch_score, timestamp, Job};
 use crate::proto::wire;
@@ -74,7 +74,7 @@ impl Layout for Conveyor {
     }
 
     fn script(&self) -> &'static str {
-        include_str!("conveyor.lua")
+        concat!(include_str!("prelude.lua"), include_str!("conveyor.lua"))
     }
 
     fn encode(&self, job: &Job, buf: &mut Vec<u8>) -> std::result::Result<(), prost::EncodeError> {
@@ -95,17 +95,7 @@ impl Layout for Conveyor {
         encoded: &[u8],
         key: &mut String,
     ) -> Result<()> {
-        let mut uuid = Uuid::encode_buffer();
-        key.clear();
-        key.push_str(namespace);
-        key.push_str(MARKER_INFIX);
-        key.push_str(job.uuid.hyphenated().encode_lower(&mut uuid));
-        inv.arg(&*key);
-        key.truncate(namespace.len());
-        key.push_str("queue:");
-        key.push_str(&job.queue);
-        inv.arg(&*key);
-        key.clear();
+        push_keys(inv, namespace, MARKER_INFIX, job, key);
         let anchored = job.parent_uuid.is_some() || job.predecessor_uuid.is_some();
         if anchored || job.run_at.is_some() || job.dead_parent {
             let (mut parent, mut pred) = (Uuid::encode_buffer(), Uuid::encode_buffer());
@@ -155,7 +145,10 @@ impl Layout for Conveyor {
     /// Sets free the children and heirs that a close of their parent (predecessor) stranded
     /// by racing their push: see conveyor_repair.lua.
     fn repair_script(&self) -> Option<&'static str> {
-        Some(include_str!("conveyor_repair.lua"))
+        Some(concat!(
+            include_str!("prelude.lua"),
+            include_str!("conveyor_repair.lua")
+        ))
     }
 }
 

@@ -29,12 +29,6 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local function field(m, at)
-  local colon = string.find(m, ':', at, true)
-  local len = tonumber(string.sub(m, at, colon - 1))
-  return string.sub(m, colon + 1, colon + len), colon + len + 1
-end
-
 -- Whether `key` is free for, or already holds, a value of type `want`.
 local function fits(key, want)
   local have = redis.call('TYPE', key).ok

@@ -1,4 +1,5 @@
--- jobrelay enqueue script: docs/layouts.md#the-enqueue-algorithm steps 3-8 for a batch of jobs, in one atomic call.
+-- jobrelay enqueue script, jobrelay layout (docs/layouts.md#the-enqueue-algorithm): the
+-- algorithm for a batch of jobs, in one atomic call. Helpers: prelude.lua, prepended.
 --
 -- ARGV[1]  key namespace (may be empty)
 -- ARGV[2]  dedup marker TTL in milliseconds ("0": the marker never expires)
@@ -17,29 +18,12 @@
 -- Markers are written last.
 local ns = ARGV[1]
 local ttl = ARGV[2]
-local has_ttl = ttl ~= '0'
 local FIELDS = 4
 local n = (#ARGV - 2) / FIELDS
--- unpack() is bounded by the Lua stack: variadic commands go in chunks.
-local CHUNK = 1000
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 
-local types = {}
-local function type_of(key)
-  local k = types[key]
-  if k == nil then
-    k = redis.call('TYPE', key)
-    if type(k) == 'table' then k = k.ok end
-    types[key] = k
-  end
-  return k
-end
-
--- Writes are gathered per key and flushed after all checks, so one variadic command serves
--- every job bound for the same list, set or sorted set. LPUSH k a b c leaves the list as
--- c b a, exactly as three LPUSHes in a row would: FIFO order through BRPOP is kept.
 local lists, list_keys = {}, {}
 local sets, set_keys = {}, {}
 local zset = {}
@@ -47,29 +31,11 @@ local markers = {}
 local seen = {}
 local result = {}
 
--- Dedup, fast path: one variadic EXISTS over every marker of the batch. Almost always none
--- exists, and the per-job EXISTS below is skipped; otherwise each job is checked on its own.
 local marker_of = {}
 for i = 0, n - 1 do
   marker_of[i + 1] = ARGV[2 + i * FIELDS + 1]
 end
-local some_exist = false
-for s = 1, n, CHUNK do
-  if redis.call('EXISTS', unpack(marker_of, s, math.min(s + CHUNK - 1, n))) > 0 then
-    some_exist = true
-    break
-  end
-end
-
-local function append(tbl, order, key, value)
-  local l = tbl[key]
-  if l == nil then
-    l = {}
-    tbl[key] = l
-    order[#order + 1] = key
-  end
-  l[#l + 1] = value
-end
+local some_exist = any_exists(marker_of, n)
 
 for i = 0, n - 1 do
   local b = 2 + i * FIELDS
@@ -98,16 +64,7 @@ for i = 0, n - 1 do
         key, want, outcome = queue_key, 'list', 1
       end
     end
-    local refusal
-    local have = type_of(key)
-    if have ~= 'none' and have ~= want then
-      refusal = 'WRONGTYPE key ' .. key .. ' holds a ' .. have .. ', not a ' .. want
-    elseif active then
-      local have_active = type_of(active)
-      if have_active ~= 'none' and have_active ~= 'set' then
-        refusal = 'WRONGTYPE key ' .. active .. ' holds a ' .. have_active .. ', not a set'
-      end
-    end
+    local refusal = wrong_type(key, want, active)
     if refusal then
       result[i + 1] = refusal
     else
@@ -131,24 +88,6 @@ for i = 0, n - 1 do
   end
 end
 
-local function variadic(cmd, key, values)
-  for s = 1, #values, CHUNK do
-    redis.call(cmd, key, unpack(values, s, math.min(s + CHUNK - 1, #values)))
-  end
-end
-
-for _, key in ipairs(list_keys) do variadic('LPUSH', key, lists[key]) end
-for _, key in ipairs(set_keys) do variadic('SADD', key, sets[key]) end
-if #zset > 0 then variadic('ZADD', ns .. 'scheduled', zset) end
-if has_ttl then
-  for m = 1, #markers, 2 do
-    redis.call('SET', markers[m], markers[m + 1], 'PX', ttl)
-  end
-else
-  -- No TTL: one variadic MSET instead of a SET per job (measured: 0.8 µs a job less). CHUNK
-  -- is even, so no key is parted from its value.
-  for s = 1, #markers, CHUNK do
-    redis.call('MSET', unpack(markers, s, math.min(s + CHUNK - 1, #markers)))
-  end
-end
+flush(lists, list_keys, sets, set_keys, ns .. 'scheduled', zset)
+write_markers(markers, ttl)
 return result

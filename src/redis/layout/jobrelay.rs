@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use prost::Message;
 use uuid::Uuid;
 
-use super::{uuid_str, Layout, LayoutKind};
+use super::{push_keys, uuid_str, Layout, LayoutKind};
 use crate::error::Result;
 use crate::job::{epoch_score, Job};
 
@@ -32,7 +32,7 @@ impl Layout for Jobrelay {
     }
 
     fn script(&self) -> &'static str {
-        include_str!("jobrelay.lua")
+        concat!(include_str!("prelude.lua"), include_str!("jobrelay.lua"))
     }
 
     fn encode(&self, job: &Job, buf: &mut Vec<u8>) -> std::result::Result<(), prost::EncodeError> {
@@ -50,17 +50,7 @@ impl Layout for Jobrelay {
         encoded: &[u8],
         key: &mut String,
     ) -> Result<()> {
-        let mut uuid = Uuid::encode_buffer();
-        key.clear();
-        key.push_str(namespace);
-        key.push_str("jobs:");
-        key.push_str(job.uuid.hyphenated().encode_lower(&mut uuid));
-        inv.arg(&*key);
-        key.truncate(namespace.len());
-        key.push_str("queue:");
-        key.push_str(&job.queue);
-        inv.arg(&*key);
-        key.clear();
+        push_keys(inv, namespace, "jobs:", job, key);
         if job.parent_uuid.is_some()
             || job.predecessor_uuid.is_some()
             || job.run_at.is_some()

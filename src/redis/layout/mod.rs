@@ -126,6 +126,29 @@ pub trait Layout: Send + Sync + fmt::Debug {
     }
 }
 
+/// Pushes a job's first two script arguments, its marker key `<namespace><marker
+/// infix><uuid>` and its queue key `<namespace>queue:<queue>`, built in `key` (left empty): no
+/// `String` of their own per job.
+pub(crate) fn push_keys(
+    inv: &mut redis::ScriptInvocation<'_>,
+    namespace: &str,
+    marker_infix: &str,
+    job: &Job,
+    key: &mut String,
+) {
+    let mut uuid = Uuid::encode_buffer();
+    key.clear();
+    key.push_str(namespace);
+    key.push_str(marker_infix);
+    key.push_str(job.uuid.hyphenated().encode_lower(&mut uuid));
+    inv.arg(&*key);
+    key.truncate(namespace.len());
+    key.push_str("queue:");
+    key.push_str(&job.queue);
+    inv.arg(&*key);
+    key.clear();
+}
+
 /// `u` lower-case hyphenated into `buf`, or `""`.
 pub(crate) fn uuid_str(u: Option<Uuid>, buf: &mut [u8; 45]) -> &str {
     match u {
