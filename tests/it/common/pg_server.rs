@@ -201,6 +201,7 @@ impl PgServer {
     }
 
     /// Runs SQL as the superuser over the Unix socket (trusted), returning psql's output.
+    #[allow(dead_code)] // the helper's API; no test needs it today
     pub fn psql(&self, sql: &str) -> String {
         run(Command::new("runuser")
             .args([

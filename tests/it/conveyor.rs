@@ -1,24 +1,22 @@
-//! Issue 13 acceptance ("Conveyor"), items 1 and 2: with `--layout conveyor` the relay writes
+//! The conveyor layout: with `--layout conveyor` the relay writes
 //! conveyor's wire format (`wire.Job`, proto/conveyor/wire.proto) and Redis layout, and a
 //! conveyor consumer runs what it wrote exactly once and in conveyor's order.
 //!
-//! The consumer is tests/common/conveyor.rs, a port of conveyor's storage code (Pop, CloseJob,
+//! The consumer is tests/it/common/conveyor.rs, a port of conveyor's storage code (Pop, CloseJob,
 //! AddJob, PopScheduledJobs), one Redis round trip per step as in the Go code. Its self-test
 //! (`consumer_*`) needs no relay. The relays run as child processes with `--http-addr` on a
 //! free port, so that the tests can read their `/metrics`.
-
-mod common;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::common::child::RelayChild;
+use crate::common::conveyor::{Conveyor, Hook, Run, Workers};
+use crate::common::http::{http_get, status_of};
+use crate::common::*;
 use chrono::{DateTime, Utc};
-use common::child::RelayChild;
-use common::conveyor::{Conveyor, Hook, Run, Workers};
-use common::http::{http_get, status_of};
-use common::*;
 use jobrelay::proto::wire;
 use prost::Message;
 use rand::seq::SliceRandom;
@@ -753,6 +751,7 @@ async fn a_child_committed_by_its_running_parent_runs_exactly_once(pool: PgPool)
             Box::pin(async move {
                 if let Some((child, delay_ms)) = children.get(&job.uuid) {
                     insert(&pool, child).await;
+                    // Not waiting for work: the parent's handler runs on for 0-9 ms (the race).
                     tokio::time::sleep(Duration::from_millis(*delay_ms)).await;
                 }
             })

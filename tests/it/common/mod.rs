@@ -3,8 +3,8 @@
 //!
 //! Every test gets a fresh database from `#[sqlx::test]` (with our migrations) and a random
 //! Redis namespace that is deleted (by SCAN + DEL of its own keys, never FLUSH) when dropped.
-#![allow(dead_code)]
 
+pub mod batch;
 pub mod child;
 pub mod conveyor;
 pub mod http;

@@ -301,6 +301,8 @@ pub struct Run {
     pub job: wire::Job,
     /// The bytes BRPOP returned.
     pub bytes: Vec<u8>,
+    /// Which worker ran it (read only through `Debug`, in failure messages).
+    #[allow(dead_code)]
     pub worker: String,
     pub popped: Instant,
     pub popped_at: SystemTime,
@@ -417,6 +419,7 @@ async fn work_once(c: &Conveyor, id: &str, queues: &[String], hook: Option<&Hook
         Ok(None) => return,
         Err(e) => {
             log.error(format!("pop: {e}"));
+            // A consumer's backoff after a failed pop (as conveyor's worker does), not a wait.
             tokio::time::sleep(Duration::from_millis(100)).await;
             return;
         }

@@ -1,14 +1,14 @@
 //! Configuration (docs/cli.md): precedence, validation that names the culprit, exit code 2, the
 //! reference file, and passwords that never reach any output.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
 use clap::Parser;
 use jobrelay::config::cli::Cli;
 use jobrelay::config::{Config, ConfigError, OPTIONS};
+
+use crate::common;
 
 /// Command-line arguments of one case.
 type Args<'a> = Vec<&'a str>;

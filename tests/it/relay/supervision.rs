@@ -1,4 +1,4 @@
-//! Issue "supervision" acceptance: no silent zombie. A worker that dies (here: a panic injected
+//! Worker supervision: no silent zombie. A worker that dies (here: a panic injected
 //! through the sink seam) is restarted; when its tasks keep dying, `/healthz` fails so that
 //! Kubernetes restarts the process; and it recovers once a batch completes again.
 //!
@@ -6,13 +6,11 @@
 //! (`#[sqlx::test]`) and a random Redis namespace. They read the process-wide counter
 //! `jobrelay_task_panics_total{task="worker"}`, so they take turns ([`SERIAL`]).
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use jobrelay::redis::enqueue::JobResult;
 use jobrelay::redis::sink::RedisSink;
 use jobrelay::relay::health::PANIC_LIMIT;

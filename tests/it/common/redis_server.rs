@@ -90,6 +90,7 @@ impl RedisServer {
     }
 
     /// Whether the server process is running.
+    #[allow(dead_code)] // the helper's API; no test needs it today
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }

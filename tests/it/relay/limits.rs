@@ -1,4 +1,4 @@
-//! Issue "limits" acceptance: bounded batches and jobs.
+//! Limits: bounded batches and jobs.
 //!
 //! - One script call never carries more than the byte cap (`--batch-max-bytes`), measured on the
 //!   wire by a connection that records every packed command.
@@ -11,15 +11,13 @@
 //! - 200 rows of 2 MiB at default settings: the relay's peak RSS stays under 512 MiB
 //!   (`FIGURES test=rss_200x2MiB peak_rss_kib=<n>`).
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::common::child::RelayChild;
+use crate::common::redis_server::RedisServer;
+use crate::common::*;
 use chrono::Utc;
-use common::child::RelayChild;
-use common::redis_server::RedisServer;
-use common::*;
 use jobrelay::redis::sink::RedisSink;
 use jobrelay::relay::queries::ROW_OVERHEAD_BYTES;
 use jobrelay::relay::{BatchSettings, Batcher, Queries, Report};

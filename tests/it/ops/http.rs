@@ -5,13 +5,11 @@
 //! hostile client would leave open, checks that the relay closes them within its timeouts
 //! while `/healthz` keeps answering, and counts the relay's descriptors in `/proc/<pid>/fd`.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::child::RelayChild;
-use common::http::{http_get, parse_response};
-use common::*;
+use crate::common::child::RelayChild;
+use crate::common::http::{http_get, parse_response};
+use crate::common::*;
 use jobrelay::http::{HEADER_READ_TIMEOUT, IDLE_TIMEOUT, MAX_CONNECTIONS};
 use sqlx::PgPool;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

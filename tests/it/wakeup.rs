@@ -1,13 +1,13 @@
-//! The wake-up lock (migration 5, src/relay/lease.rs): a busy relay holds an advisory lock and
-//! producers skip NOTIFY; when it unlocks, a producer that skipped is not stranded; a relay that
-//! dies releases it at once.
-
-mod common;
+//! Waking the relay: NOTIFY wakes an idle relay at once; the wake-up lock (migration 5,
+//! src/wakeup/): a busy relay holds an advisory lock and producers skip NOTIFY; when it unlocks,
+//! a producer that skipped is not stranded; a relay that dies releases it at once; the lock's
+//! state machine steps through take, poll and release.
 
 use std::time::Duration;
 
-use common::child::RelayChild;
-use common::*;
+use crate::common::batch::*;
+use crate::common::child::RelayChild;
+use crate::common::*;
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 
@@ -224,4 +224,27 @@ async fn the_wakeup_lock_steps_through_take_poll_release(pool: PgPool) {
         "one more claim after the release"
     );
     assert_eq!(lock.step(&stop).await, Next::Idle);
+}
+
+#[sqlx::test]
+async fn notify_wakes_an_idle_relay(pool: PgPool) {
+    let ns = Namespace::new();
+    let child = idle_daemon(&pool, &ns).await;
+    for i in 0..3 {
+        let row = insert_job(&pool, &NewRow::default()).await;
+        // Far sooner than the 30 s poll interval.
+        wait_until(
+            &format!("row {i} relayed"),
+            Duration::from_secs(5),
+            || async { ns.llen("queue:billing").await == i + 1 },
+        )
+        .await;
+        let jobs = ns.list_jobs("queue:billing").await;
+        assert_job_is_row(&jobs[i], &row);
+    }
+    wait_until("rows deleted", Duration::from_secs(5), || async {
+        pending_count(&pool).await == 0
+    })
+    .await;
+    stop(child).await;
 }

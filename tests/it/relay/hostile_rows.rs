@@ -8,13 +8,11 @@
 //!
 //! Postgres and Redis are the real local ones (fresh database, random Redis namespace).
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use jobrelay::redis::sink::RedisSink;
 use jobrelay::relay::{BatchSettings, Health, RelaySettings};
 use jobrelay::{Enqueuer, TableName};

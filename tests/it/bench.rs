@@ -1,16 +1,83 @@
-//! The fleet benchmark (`examples/fleet`) runs with tiny sizes so that it cannot rot. Not a
-//! timed test: it checks that both configurations and the idle-fleet stage ran, delivered every
-//! job exactly once, and reported their figures (not whether they meet the targets), and that
-//! the database, the keys and the logs are gone. The relays are this build's debug binary,
-//! handed over as `JOBRELAY_BIN` like any other setting.
+//! The benchmark programs run with tiny sizes so that they cannot rot. Not timed tests: they
+//! check that every stage ran, delivered everything exactly once, and reported its figures (not
+//! whether they meet the targets), and that what they created is gone.
+//!
+//! - `examples/bench`: drain, live rate and the naive comparison;
+//! - `examples/fleet`: both configurations and the idle-fleet stage; the relays are this
+//!   build's debug binary, handed over as `JOBRELAY_BIN` like any other setting.
 
-#[path = "../examples/fleet/main.rs"]
+use std::collections::HashMap;
+
+#[path = "../../examples/bench/main.rs"]
+#[allow(dead_code)]
+mod bench_example;
+
+#[path = "../../examples/fleet/main.rs"]
 #[allow(dead_code)]
 mod fleet;
 
-mod common;
-
-use std::collections::HashMap;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_benchmark_runs_with_small_sizes_and_cleans_up() {
+    let args = bench_example::Args {
+        database_url: std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into()),
+        redis_url: crate::common::redis_url(),
+        rows: 2_000,
+        naive_rows: 100,
+        rate: 200,
+        seconds: 1.0,
+        insert_seconds: 0.4,
+        workers: 2,
+        batch_size: 500,
+        layout: jobrelay::LayoutKind::Jobrelay,
+    };
+    let report = bench_example::bench(&args)
+        .await
+        .expect("the benchmark runs");
+    assert_eq!(report["drain"]["rows"], 2_000);
+    assert!(report["drain"]["rows_per_second"].as_f64().unwrap() > 0.0);
+    assert!(
+        report["drain"]["relay_cpu_seconds_per_100k"]
+            .as_f64()
+            .unwrap()
+            >= 0.0
+    );
+    assert_eq!(report["stages"]["rows"], 500);
+    assert_eq!(report["naive"]["rows"], 100);
+    assert!(report["drain_over_naive"].as_f64().unwrap() > 0.0);
+    assert_eq!(report["latency"]["jobs"], 200);
+    for k in ["p50_ms", "p99_ms", "max_ms"] {
+        assert!(report["latency"][k].as_f64().unwrap() >= 0.0, "{k}");
+    }
+    for k in [
+        "inserts_per_second_with_trigger",
+        "inserts_per_second_without_trigger",
+    ] {
+        assert!(report["notify_cost"][k].as_f64().unwrap() > 0.0, "{k}");
+    }
+    // Its database and its Redis keys are gone.
+    let db = report["sandbox"]["database"].as_str().unwrap().to_owned();
+    assert!(db.starts_with("jobrelay_bench_"), "{db}");
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&args.database_url)
+        .await
+        .unwrap();
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&db)
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+    assert!(!exists, "{db} was dropped");
+    let ns = crate::common::Namespace {
+        prefix: report["sandbox"]["namespace"].as_str().unwrap().to_owned(),
+        url: args.redis_url.clone(),
+    };
+    assert!(
+        ns.keys().await.is_empty(),
+        "no key left under {}",
+        ns.prefix
+    );
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fleet_benchmark_runs_with_small_sizes_and_cleans_up() {
@@ -30,7 +97,7 @@ async fn the_fleet_benchmark_runs_with_small_sizes_and_cleans_up() {
         ("FLEET_QUIET_ROWS", "2".to_owned()),
         ("JOBRELAY_BIN", env!("CARGO_BIN_EXE_jobrelay").to_owned()),
         ("DATABASE_URL", database_url.clone()),
-        ("REDIS_URL", common::redis_url()),
+        ("REDIS_URL", crate::common::redis_url()),
     ]
     .into_iter()
     .collect();
@@ -44,6 +111,13 @@ async fn the_fleet_benchmark_runs_with_small_sizes_and_cleans_up() {
     );
     let report = fleet::fleet(&args).await.expect("the fleet benchmark runs");
 
+    assert_every_run_delivered_exactly_once(&report);
+    assert_the_idle_stage_ran(&report);
+    assert_the_sandbox_is_gone(&report, &database_url, &args.redis_url).await;
+}
+
+/// Both configurations of the one round delivered every job exactly once and reported figures.
+fn assert_every_run_delivered_exactly_once(report: &serde_json::Value) {
     assert_eq!(report["exactly_once"], true, "{report:#}");
     let runs = report["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2, "one round: the baseline, then the fleet");
@@ -85,8 +159,10 @@ async fn the_fleet_benchmark_runs_with_small_sizes_and_cleans_up() {
     let ratio = &report["ratio"];
     assert!(ratio["median"].as_f64().unwrap() > 0.0);
     assert_eq!(ratio["per_round"].as_array().unwrap().len(), 1);
+}
 
-    // The idle stage: 2 relays of the default 2 workers, 2 s idle, 10 + 2 single rows.
+/// The idle stage: 2 relays of the default 2 workers, 2 s idle, 10 + 2 single rows.
+fn assert_the_idle_stage_ran(report: &serde_json::Value) {
     let idle = &report["idle"];
     assert_eq!(idle["relays"], 2, "{idle:#}");
     assert_eq!(idle["workers"], 2, "{idle:#}");
@@ -122,11 +198,17 @@ async fn the_fleet_benchmark_runs_with_small_sizes_and_cleans_up() {
     assert_eq!(check["popped"], 12, "{idle:#}");
     assert_eq!(check["jobs_in_queues"], 12, "{idle:#}");
     assert_eq!(report["settings"]["idle"]["relays"], 2);
+}
 
-    // Its database, its Redis keys and its logs are gone.
+/// Its database, its Redis keys and its logs are gone.
+async fn assert_the_sandbox_is_gone(
+    report: &serde_json::Value,
+    database_url: &str,
+    redis_url: &str,
+) {
     let db = report["sandbox"]["database"].as_str().unwrap().to_owned();
     assert!(db.starts_with("jobrelay_fleet_"), "{db}");
-    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&database_url)
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(database_url)
         .await
         .unwrap();
     let exists: bool =
@@ -136,9 +218,9 @@ async fn the_fleet_benchmark_runs_with_small_sizes_and_cleans_up() {
             .await
             .unwrap();
     assert!(!exists, "{db} was dropped");
-    let ns = common::Namespace {
+    let ns = crate::common::Namespace {
         prefix: report["sandbox"]["namespace"].as_str().unwrap().to_owned(),
-        url: args.redis_url.clone(),
+        url: redis_url.to_owned(),
     };
     assert!(
         ns.keys().await.is_empty(),

@@ -1,0 +1,27 @@
+//! jobrelay's integration tests, one crate with a module per capability:
+//!
+//! - `enqueue`: the enqueue algorithm against Redis (every branch, dedup markers, namespace);
+//! - `relay`: the claim loop (claim, settle, workers, sweep, limits, hostile rows, supervision);
+//! - `wakeup`: NOTIFY and the advisory wake-up lock;
+//! - `faults`: process deaths, Redis and Postgres outages, rows that fail;
+//! - `producer`, `producer_only`: the producer library and its dependency footprint;
+//! - `conveyor`: the conveyor layout, checked by a Rust port of conveyor's consumer;
+//! - `config`: flags, environment, files, validation;
+//! - `ops`: metrics, probes, TLS, secrets, `check`, roles, deploy files, the HTTP listener;
+//! - `bench`: the benchmark programs run tiny so that they cannot rot.
+//!
+//! Shared helpers live in `common`. Tests need `DATABASE_URL` (for `#[sqlx::test]`) and the
+//! shared Redis (`REDIS_URL`, default 127.0.0.1:6379); waits are bounded by deadlines.
+
+mod common;
+
+mod bench;
+mod config;
+mod conveyor;
+mod enqueue;
+mod faults;
+mod ops;
+mod producer;
+mod producer_only;
+mod relay;
+mod wakeup;

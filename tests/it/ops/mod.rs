@@ -1,0 +1,223 @@
+//! Operations: `/metrics`, `/healthz`, `/readyz`, logs, secrets, TLS to Postgres and Redis, Redis
+//! ACL users, `jobrelay check`, the least-privilege role, the deploy manifests, the HTTP
+//! listener's limits.
+//!
+//! The daemon runs as a child process with its HTTP listener on a free port and its JSON logs
+//! in a file. Fault and TLS tests start their own servers and stop only those.
+
+mod check;
+mod deploy;
+mod http;
+mod metrics;
+mod probes;
+mod roles;
+mod secrets;
+mod tls;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::common::http::{http_get, status_of};
+use crate::common::pg_server::PgServer;
+use crate::common::redis_server::RedisServer;
+use crate::common::*;
+use sqlx::PgPool;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The daemon as a child process: HTTP on a free port, JSON logs to a file, stdout to a file.
+struct Daemon {
+    child: tokio::process::Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    /// Starts `jobrelay args` with exactly `env` for its jobrelay variables.
+    fn start(args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let stdout = std::fs::File::create(dir.path().join("stdout")).unwrap();
+        let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
+        let mut cmd = tokio::process::Command::new(relay_bin());
+        cmd.args(["--http-addr", &addr])
+            .args(args)
+            .env_remove("DATABASE_URL")
+            .env_remove("REDIS_URL")
+            .env_remove("RUST_LOG")
+            .env("JOBRELAY_LOG_FORMAT", "json")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(stdout))
+            .stderr(Stdio::from(stderr))
+            .kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Daemon {
+            child: cmd.spawn().expect("relay binary starts"),
+            port,
+            dir,
+        }
+    }
+
+    /// Everything the daemon wrote to stderr so far.
+    fn logs(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default()
+    }
+
+    /// Everything the daemon wrote to stdout so far.
+    fn stdout(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stdout")).unwrap_or_default()
+    }
+
+    /// The log lines as JSON objects (panics on a line that is not one).
+    fn events(&self) -> Vec<serde_json::Value> {
+        self.logs()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l)
+                    .unwrap_or_else(|e| panic!("log line is not JSON ({e}): {l}"));
+                assert!(
+                    v.get("level").is_some() && v.get("message").is_some(),
+                    "{l}"
+                );
+                v
+            })
+            .collect()
+    }
+
+    /// Log events whose message is `message`.
+    fn events_with(&self, message: &str) -> Vec<serde_json::Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e["message"] == message)
+            .collect()
+    }
+
+    async fn get(&self, path: &str) -> (u16, String) {
+        http_get(self.port, path)
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}\nlogs:\n{}", self.logs()))
+    }
+
+    /// Parsed `/metrics`.
+    async fn metrics(&self) -> Metrics {
+        let (status, body) = self.get("/metrics").await;
+        assert_eq!(status, 200, "{body}");
+        Metrics::parse(&body)
+    }
+
+    async fn wait_ready(&self, deadline: Duration) {
+        let start = Instant::now();
+        while status_of(self.port, "/readyz").await != 200 {
+            assert!(
+                start.elapsed() < deadline,
+                "daemon not ready after {deadline:?}; logs:\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGTERM, then the exit code within `deadline`.
+    async fn terminate(&mut self, deadline: Duration) -> Option<i32> {
+        let pid = self.child.id().expect("running");
+        let ok = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -TERM {pid}");
+        tokio::time::timeout(deadline, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("daemon did not exit within {deadline:?}"))
+            .unwrap()
+            .code()
+    }
+}
+
+/// A `/metrics` scrape: series (name plus labels, as rendered) to value, and `# TYPE`s.
+struct Metrics {
+    samples: BTreeMap<String, f64>,
+    types: BTreeMap<String, String>,
+    text: String,
+}
+
+impl Metrics {
+    fn parse(text: &str) -> Metrics {
+        let mut samples = BTreeMap::new();
+        let mut types = BTreeMap::new();
+        for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, ty) = rest.split_once(' ').expect("# TYPE name type");
+                types.insert(name.to_owned(), ty.to_owned());
+            } else if !line.starts_with('#') {
+                let (series, value) = line.rsplit_once(' ').expect("series value");
+                samples.insert(series.to_owned(), value.parse().expect("a number"));
+            }
+        }
+        Metrics {
+            samples,
+            types,
+            text: text.to_owned(),
+        }
+    }
+
+    /// The value of one series, e.g. `jobrelay_up{dependency="redis"}`.
+    fn get(&self, series: &str) -> f64 {
+        *self
+            .samples
+            .get(series)
+            .unwrap_or_else(|| panic!("no series {series} in:\n{}", self.text))
+    }
+
+    fn try_get(&self, series: &str) -> Option<f64> {
+        self.samples.get(series).copied()
+    }
+}
+
+/// A random suffix for secrets and names.
+fn rand_hex() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..12].to_owned()
+}
+
+/// Writes `text` to `dir/name`, returning the path as a string.
+fn write_file(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+/// Starts a private Redis whose only user is `relay` with `password` (the default user is off).
+fn acl_redis(password: &str) -> RedisServer {
+    let pw = format!(">{password}");
+    let redis = RedisServer::start_with(&["--user", "relay", "on", &pw, "~*", "&*", "+@all"]);
+    let mut con = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("default")
+        .arg("off")
+        .query(&mut con)
+        .unwrap();
+    redis
+}
+
+/// `redis://relay:<password>@127.0.0.1:<port>`.
+fn acl_url(redis: &RedisServer, password: &str) -> String {
+    format!("redis://relay:{password}@127.0.0.1:{}", redis.port)
+}
+
+/// Panics if `secret` (or its percent-encoded form) shows anywhere in `texts`.
+fn assert_no_secret(secret: &str, what: &str, texts: &[&str]) {
+    let encoded: String = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
+    for t in texts {
+        for s in [secret, encoded.as_str()] {
+            assert!(!t.contains(s), "{what}: the password {s:?} leaked:\n{t}");
+        }
+    }
+}
