@@ -13,10 +13,11 @@ async fn kill_9_five_times_during_a_drain_loses_and_doubles_nothing(pool: PgPool
     let mut logs = Logs::new();
     let mut rng = rand::rng();
 
-    // Five moments, one drawn at random in each fifth of the first 45,000 rows, then a random
+    // Five moments, one drawn at random in each fifth of the first 25,000 rows (half the table
+    // is left as a margin: a busy host may let the relay run ahead of this test), then a random
     // few milliseconds more so that the kill lands anywhere in a batch's claim-push-commit.
     for k in 0..5 {
-        let drained = rng.random_range(k * 9_000 + 500..(k + 1) * 9_000);
+        let drained = rng.random_range(k * 5_000 + 500..(k + 1) * 5_000);
         let mut relay = logs.start(&db, &redis.url(), &ns, &[]);
         wait_drained_to(&pool, ROWS - drained).await;
         // Not waiting for work: a random delay so that the kill lands anywhere in a batch.

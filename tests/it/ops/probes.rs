@@ -298,3 +298,44 @@ async fn a_read_only_postgres_is_named_and_logged_once(pool: PgPool) {
     assert_eq!(d.events_with("postgres recovered").len(), 1, "{}", d.logs());
     assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
 }
+
+/// The probe, one round at a time, driven directly: each dependency's finding names why.
+#[sqlx::test]
+async fn the_probe_reports_each_dependency_in_one_round(pool: PgPool) {
+    use jobrelay::error::Reason;
+    use jobrelay::relay::probe::Probe;
+    use jobrelay::TableName;
+    let ns = Namespace::new();
+    let table = TableName::default();
+    let timeout = Duration::from_secs(2);
+    let redis = redis::Client::open(ns.url.as_str()).unwrap();
+    let mut probe = Probe::new(pool.clone(), redis, &table, &ns.prefix, timeout);
+    let found = probe.run_once().await;
+    assert!(matches!(found.postgres, Ok(true)), "{:?}", found.postgres);
+    assert!(found.redis.is_ok(), "{:?}", found.redis);
+    assert_eq!(
+        ns.keys().await,
+        ["jobrelay:probe"],
+        "the probe's own key, nothing else"
+    );
+
+    sqlx::query("DROP TABLE pending_jobs")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let found = probe.run_once().await;
+    assert!(
+        matches!(found.postgres, Ok(false)),
+        "a missing table: {:?}",
+        found.postgres
+    );
+
+    let nowhere = redis::Client::open(format!("redis://127.0.0.1:{}", free_port())).unwrap();
+    let mut probe = Probe::new(pool, nowhere, &table, &ns.prefix, timeout);
+    let e = probe
+        .run_once()
+        .await
+        .redis
+        .expect_err("nothing listens there");
+    assert_eq!(e.reason(), Reason::Unreachable, "{e}");
+}
