@@ -73,10 +73,17 @@ impl Queries {
         });
         let unnest = columns::unnest(ALL);
         let from_unnest = columns::from_unnest(ALL);
+        // While no pending row names a parent or a predecessor (one look into each partial
+        // index, once per statement: an InitPlan), no row needs the per-row test: a claim of
+        // plain jobs costs what it costs in the jobrelay layout.
         let flows = if layout.layout().orders_flows() {
             format!(
-                "AND NOT EXISTS (SELECT 1 FROM {t} d WHERE d.parent_uuid = {t}.uuid AND d.id <> {t}.id)
-                       AND NOT EXISTS (SELECT 1 FROM {t} d WHERE d.predecessor_uuid = {t}.uuid AND d.id <> {t}.id)"
+                "AND ((SELECT NOT EXISTS (SELECT 1 FROM {t} WHERE parent_uuid IS NOT NULL)
+                              AND NOT EXISTS (SELECT 1 FROM {t} WHERE predecessor_uuid IS NOT NULL))
+                          OR (NOT EXISTS (SELECT 1 FROM {t} d
+                                          WHERE d.parent_uuid = {t}.uuid AND d.id <> {t}.id)
+                              AND NOT EXISTS (SELECT 1 FROM {t} d
+                                              WHERE d.predecessor_uuid = {t}.uuid AND d.id <> {t}.id)))"
             )
         } else {
             String::new()

@@ -495,3 +495,58 @@ async fn binary_dedup_ttl_flag_sets_the_marker_ttl(pool: PgPool) {
         "PTTL {ttl} close to 15m"
     );
 }
+
+/// Conveyor layout, the script alone: a job is late when the job it names has finished, also
+/// when that one was itself a child (its marker then records where it went and its route).
+#[tokio::test]
+async fn conveyor_a_grandchild_of_finished_jobs_is_late() {
+    use jobrelay::producer::JobBuilder;
+    use jobrelay::{Enqueuer, LayoutKind};
+    let ns = Namespace::new();
+    let enqueuer =
+        Enqueuer::new(ns.prefix.clone(), Duration::from_secs(60)).with_layout(LayoutKind::Conveyor);
+    let mut con = ns.con().await;
+    let pusher = con.clone();
+    let job = |queue: &str| JobBuilder::new(queue, queue);
+    let grand = job("g.Grand").build().unwrap();
+    let parent = job("g.Parent").parent(grand.uuid).build().unwrap();
+    let child = job("g.Child").parent(parent.uuid).build().unwrap();
+    let push = |j: &jobrelay::Job| {
+        let (e, j) = (enqueuer.clone(), j.clone());
+        let mut con = pusher.clone();
+        async move { e.enqueue(&mut con, &j).await.unwrap() }
+    };
+    assert_eq!(push(&grand).await, Outcome::Queued);
+    // The grandparent waits in its queue: the parent goes into its children list.
+    assert_eq!(push(&parent).await, Outcome::Children);
+    // Both ran and closed (as conveyor leaves it: popped, lists drained, records deleted).
+    let _: () = redis::pipe()
+        .del(ns.key("queue:g.Grand"))
+        .del(ns.key(&format!("job:{}:children", grand.uuid)))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(push(&child).await, Outcome::Late, "its parent has finished");
+    let queued: Vec<Vec<u8>> = redis::cmd("LRANGE")
+        .arg(ns.key("queue:g.Child"))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(queued.len(), 1);
+    let popped =
+        <jobrelay::proto::wire::Job as prost::Message>::decode(queued[0].as_slice()).unwrap();
+    assert_eq!(
+        (popped.uuid, popped.parent_uuid),
+        (child.uuid.to_string(), String::new())
+    );
+
+    // While the parent still waits in its grandparent's children list, a child is not late.
+    let (grand, parent) = (job("h.Grand").build().unwrap(), job("h.Parent"));
+    let parent = parent.parent(grand.uuid).build().unwrap();
+    push(&grand).await;
+    push(&parent).await;
+    let child = job("h.Child").parent(parent.uuid).build().unwrap();
+    assert_eq!(push(&child).await, Outcome::Children);
+}

@@ -29,7 +29,7 @@
 -- Returns one element per job, in order: an integer outcome
 --   1 queued, 2 scheduled, 3 children, 4 on_complete, 5 duplicate, 6 late
 -- or a string: why this job was refused; a refused job leaves no write behind and no marker.
--- The marker holds
+-- The marker of a plain job (empty route) is its bytes; any other's holds
 --   <where 1 char><anchor uuid or 36 "-"><#queue key>:<queue key><#route>:<route><#bytes>:<bytes><alone>
 -- where "where" is q (queue), s (scheduled), c (a parent's children), o (a predecessor's
 -- onComplete), bytes are what was pushed and alone the job's bytes as a job of its own ("" for
@@ -71,6 +71,26 @@ local function in_list(key, bytes)
   return type_of(key) == 'list' and redis.call('LPOS', key, bytes, 'RANK', -1) ~= false
 end
 
+-- The queue field (3) of a wire.Job's bytes. The relay writes fields in number order and
+-- always sets uuid (1), type (2) and queue (3), each a tag byte, a varint length, the bytes.
+local function queue_of(bytes)
+  local at = 1
+  while at <= #bytes do
+    local tag = string.byte(bytes, at)
+    local len, shift = 0, 0
+    at = at + 1
+    repeat
+      local b = string.byte(bytes, at)
+      len = len + (b % 128) * 2 ^ shift
+      shift = shift + 7
+      at = at + 1
+    until b < 128
+    if tag == 26 then return string.sub(bytes, at, at + len - 1) end
+    at = at + len
+  end
+  return nil
+end
+
 -- Whether the job with this uuid may still drain its children and onComplete lists:
 -- 'pending' if pushed earlier in this call, never relayed by jobrelay or relayed too long ago
 -- to know (no marker), or still waiting where the relay put it (conveyor moves a job from its
@@ -79,7 +99,7 @@ end
 -- false once it has finished.
 local alive_cache = {}
 local function alive(uuid)
-  if seen[uuid] then return 'pending' end
+  if seen[ns .. MARKER_INFIX .. uuid] then return 'pending' end
   local cached = alive_cache[uuid]
   if cached ~= nil then return cached end
   local answer = 'pending'
@@ -88,10 +108,18 @@ local function alive(uuid)
   else
     local m = redis.call('GET', ns .. MARKER_INFIX .. uuid)
     if m then
-      local where, anchor = string.sub(m, 1, 1), string.sub(m, 2, 37)
-      local qkey, at = field(m, 38)
-      local _, at2 = field(m, at)
-      local bytes = field(m, at2)
+      local where, anchor, qkey, bytes
+      if string.byte(m, 1) == 10 then
+        -- A plain job's marker is its bytes (it went to its queue).
+        where, bytes = 'q', m
+        qkey = ns .. 'queue:' .. (queue_of(m) or '')
+      else
+        local at, route_end
+        where, anchor = string.sub(m, 1, 1), string.sub(m, 2, 37)
+        qkey, at = field(m, 38)
+        route_end = select(2, field(m, at))
+        bytes = field(m, route_end)
+      end
       local waiting = in_list(qkey, bytes)
         or (type_of(ns .. 'scheduled') == 'zset' and redis.call('ZSCORE', ns .. 'scheduled', bytes) ~= false)
         or (where == 'c' and in_list(ns .. 'job:' .. anchor .. ':children', bytes))
@@ -107,8 +135,7 @@ for i = 0, n - 1 do
   local b = 2 + i * FIELDS
   local marker, queue_key, route, job, alone =
     ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
-  local uuid = string.sub(marker, -36)
-  if seen[uuid] or (some_exist and redis.call('EXISTS', marker) == 1) then
+  if seen[marker] or (some_exist and redis.call('EXISTS', marker) == 1) then
     result[i + 1] = 5
   else
     -- key: where the bytes go; where: the marker's tag; anchor: whose list it is; racing:
@@ -155,7 +182,7 @@ for i = 0, n - 1 do
     if refusal then
       result[i + 1] = refusal
     else
-      seen[uuid] = true
+      seen[marker] = true
       types[key] = want
       if want == 'zset' then
         zset[#zset + 1] = whole
@@ -165,15 +192,21 @@ for i = 0, n - 1 do
       end
       if active then
         types[active] = 'set'
-        append(sets, set_keys, active, uuid)
+        append(sets, set_keys, active, string.sub(marker, -36))
       end
       if racing and anchor then
         watch[#watch + 1] = now_ms
         watch[#watch + 1] = now_ms .. ':' .. anchor
       end
       markers[#markers + 1] = marker
-      markers[#markers + 1] = where .. (anchor or NO_ANCHOR) .. #queue_key .. ':' .. queue_key
-        .. #route .. ':' .. route .. #bytes .. ':' .. bytes .. (bytes == alone and '' or alone)
+      if route == '' then
+        -- A plain job (no parent, predecessor or run_at): its bytes say all (they start with
+        -- 0x0a, field 1's tag, where a tagged marker starts with a letter).
+        markers[#markers + 1] = bytes
+      else
+        markers[#markers + 1] = where .. (anchor or NO_ANCHOR) .. #queue_key .. ':' .. queue_key
+          .. #route .. ':' .. route .. #bytes .. ':' .. bytes .. (bytes == alone and '' or alone)
+      end
       result[i + 1] = outcome
     end
   end
