@@ -30,6 +30,10 @@
 
 #[path = "cpu.rs"]
 mod cpu;
+// Also loaded by the other benchmark example when both are compiled into the tests.
+#[allow(clippy::duplicate_mod)]
+#[path = "../support/sandbox.rs"]
+mod sandbox;
 #[path = "timed_sink.rs"]
 mod timed_sink;
 
@@ -220,63 +224,7 @@ impl Sandbox {
 }
 
 /// The bench's database and Redis keys, removed at the end of a run or on SIGINT or SIGTERM.
-#[derive(Clone)]
-struct Leftovers {
-    admin_url: String,
-    db_name: String,
-    redis: redis::Client,
-    namespace: String,
-}
-
-impl Leftovers {
-    /// Drops the database first (its relay then claims nothing more), then unlinks the keys
-    /// until a pass finds none: a push in flight when the database went away lands late.
-    async fn remove(&self) {
-        if let Ok(mut admin) = PgConnection::connect(&self.admin_url).await {
-            let _ = sqlx::query(&format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.db_name
-            ))
-            .execute(&mut admin)
-            .await;
-        }
-        let Ok(mut con) = self.redis.get_multiplexed_async_connection().await else {
-            return;
-        };
-        for _ in 0..50 {
-            if self.unlink_keys(&mut con).await == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Unlinks every key of the namespace; how many there were.
-    async fn unlink_keys(&self, con: &mut redis::aio::MultiplexedConnection) -> usize {
-        let mut removed = 0;
-        let mut cursor = 0u64;
-        loop {
-            let r: Result<(u64, Vec<String>), _> = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(format!("{}*", self.namespace))
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(con)
-                .await;
-            let Ok((next, keys)) = r else { break };
-            if !keys.is_empty() {
-                removed += keys.len();
-                let _: Result<(), _> = redis::cmd("UNLINK").arg(&keys).query_async(con).await;
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-        removed
-    }
-}
+type Leftovers = sandbox::Scratch;
 
 /// The relay with the binary's wiring (one pool, one Redis connection per worker), on a
 /// runtime of its own so that the benchmark's producers and consumer do not queue its tasks
@@ -808,9 +756,6 @@ async fn run(args: &Args, sb: &Sandbox) -> Result<serde_json::Value, BoxError> {
     }))
 }
 
-/// Set by the signal handler before it removes the sandbox.
-static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 /// Runs the whole benchmark in a database and namespace of its own, removed afterwards even
 /// when a stage fails; returns the JSON report.
 pub async fn bench(args: &Args) -> Result<serde_json::Value, BoxError> {
@@ -822,9 +767,15 @@ pub async fn bench(args: &Args) -> Result<serde_json::Value, BoxError> {
 async fn bench_in_sandbox(args: &Args, on_signal: bool) -> Result<serde_json::Value, BoxError> {
     let sb = Sandbox::create(args).await?;
     let sandbox = json!({ "database": sb.db_name.clone(), "namespace": sb.namespace.clone() });
-    let on_signal = on_signal.then(|| tokio::spawn(remove_on_signal(sb.leftovers())));
+    let on_signal = on_signal.then(|| {
+        let leftovers = sb.leftovers();
+        tokio::spawn(async move {
+            let what = leftovers.db_name.clone();
+            sandbox::remove_on_signal("bench", what, leftovers.remove()).await
+        })
+    });
     let result = run(args, &sb).await;
-    if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+    if sandbox::interrupted() {
         // The stage failed because its database is being dropped: let the handler finish.
         std::future::pending::<()>().await;
     }
@@ -835,24 +786,6 @@ async fn bench_in_sandbox(args: &Args, on_signal: bool) -> Result<serde_json::Va
     let mut report = result?;
     report["sandbox"] = sandbox;
     Ok(report)
-}
-
-/// Waits for SIGINT or SIGTERM, then removes `leftovers` and exits 130.
-async fn remove_on_signal(leftovers: Leftovers) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
-        return;
-    };
-    let signalled = tokio::select! {
-        r = tokio::signal::ctrl_c() => r.is_ok(),
-        r = term.recv() => r.is_some(),
-    };
-    if signalled {
-        INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
-        eprintln!("bench: interrupted; removing {}", leftovers.db_name);
-        leftovers.remove().await;
-        std::process::exit(130);
-    }
 }
 
 #[tokio::main]

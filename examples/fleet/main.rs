@@ -59,6 +59,10 @@
 
 #[path = "procfs.rs"]
 mod procfs;
+// Also loaded by the other benchmark example when both are compiled into the tests.
+#[allow(clippy::duplicate_mod)]
+#[path = "../support/sandbox.rs"]
+mod sandbox;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -309,10 +313,12 @@ impl Sandbox {
         let db_name = format!("jobrelay_fleet_{tag}");
         let log_dir = std::env::temp_dir().join(&db_name);
         let leftovers = Leftovers {
-            admin_url: args.database_url.clone(),
-            db_name: db_name.clone(),
-            redis: redis::Client::open(args.redis_url.as_str())?,
-            namespace: format!("fleet{tag}:"),
+            scratch: sandbox::Scratch {
+                admin_url: args.database_url.clone(),
+                db_name: db_name.clone(),
+                redis: redis::Client::open(args.redis_url.as_str())?,
+                namespace: format!("fleet{tag}:"),
+            },
             children: Arc::new(Mutex::new(HashSet::new())),
             log_dir: (!args.keep_logs).then(|| log_dir.clone()),
         };
@@ -348,8 +354,8 @@ impl Sandbox {
             relay_db_url: url_for(&base, &db_name, RELAY_APP),
             db_name,
             pool,
-            redis: leftovers.redis.clone(),
-            namespace: leftovers.namespace.clone(),
+            redis: leftovers.scratch.redis.clone(),
+            namespace: leftovers.scratch.namespace.clone(),
             log_dir,
             leftovers,
         })
@@ -555,10 +561,8 @@ fn payload(i: usize) -> Vec<u8> {
 /// SIGINT or SIGTERM.
 #[derive(Clone)]
 struct Leftovers {
-    admin_url: String,
-    db_name: String,
-    redis: redis::Client,
-    namespace: String,
+    /// The database and the keys.
+    scratch: sandbox::Scratch,
     /// Pids of relays started and not yet reaped.
     children: Arc<Mutex<HashSet<u32>>>,
     /// Removed at the end unless FLEET_KEEP_LOGS.
@@ -566,8 +570,7 @@ struct Leftovers {
 }
 
 impl Leftovers {
-    /// Kills the relays still running, drops the database, then unlinks the keys until a
-    /// pass finds none (a push in flight when the database went away lands late).
+    /// Kills the relays still running, then removes the database and the keys, and the logs.
     async fn remove(&self) {
         let pids: Vec<u32> = self.children.lock().unwrap().iter().copied().collect();
         for pid in pids {
@@ -578,52 +581,11 @@ impl Leftovers {
                 .stderr(Stdio::null())
                 .status();
         }
-        if let Ok(mut admin) = PgConnection::connect(&self.admin_url).await {
-            let _ = sqlx::query(&format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.db_name
-            ))
-            .execute(&mut admin)
-            .await;
-        }
-        if let Ok(mut con) = self.redis.get_multiplexed_async_connection().await {
-            for _ in 0..50 {
-                if unlink_keys(&mut con, &self.namespace).await == 0 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
+        self.scratch.remove().await;
         if let Some(dir) = &self.log_dir {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
-}
-
-/// Unlinks every key of `namespace` (SCAN + UNLINK); how many there were.
-async fn unlink_keys(con: &mut redis::aio::MultiplexedConnection, namespace: &str) -> usize {
-    let mut removed = 0;
-    let mut cursor = 0u64;
-    loop {
-        let r: Result<(u64, Vec<String>), _> = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{namespace}*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(con)
-            .await;
-        let Ok((next, keys)) = r else { break };
-        if !keys.is_empty() {
-            removed += keys.len();
-            let _: Result<(), _> = redis::cmd("UNLINK").arg(&keys).query_async(con).await;
-        }
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
-    removed
 }
 
 /// One relay process.
@@ -968,7 +930,7 @@ async fn drain(
     drop(fleet);
     let check = sb.check(&uuids).await?;
     let mut con = sb.redis_con().await?;
-    unlink_keys(&mut con, &sb.namespace).await;
+    sandbox::unlink_keys(&mut con, &sb.namespace).await;
 
     let rows = args.rows as f64;
     let us_per_row = |s: f64| round(s * 1e6 / rows, 2);
@@ -1263,7 +1225,7 @@ async fn idle_stage(sb: &Sandbox, args: &Args, idle: &IdleArgs) -> Result<Value,
     let popped_uuids: Vec<Option<Uuid>> = popped.iter().map(|p| p.uuid).collect();
     let check = sb.check_with(&uuids, &popped_uuids).await?;
     let mut con = sb.redis_con().await?;
-    unlink_keys(&mut con, &sb.namespace).await;
+    sandbox::unlink_keys(&mut con, &sb.namespace).await;
 
     let mut first_pop: HashMap<Uuid, Instant> = HashMap::new();
     for p in &popped {
@@ -1502,9 +1464,6 @@ async fn run(args: &Args, sb: &Sandbox) -> Result<Value, BoxError> {
     }))
 }
 
-/// Set by the signal handler before it removes the sandbox.
-static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 /// Runs the whole benchmark in a database, namespace and log directory of its own, removed
 /// afterwards even when a run fails; returns the JSON report.
 pub async fn fleet(args: &Args) -> Result<Value, BoxError> {
@@ -1522,9 +1481,15 @@ async fn fleet_in_sandbox(args: &Args, on_signal: bool) -> Result<Value, BoxErro
         "namespace": sb.namespace.clone(),
         "logs": args.keep_logs.then(|| sb.log_dir.display().to_string()),
     });
-    let on_signal = on_signal.then(|| tokio::spawn(remove_on_signal(sb.leftovers.clone())));
+    let on_signal = on_signal.then(|| {
+        let leftovers = sb.leftovers.clone();
+        tokio::spawn(async move {
+            let what = leftovers.scratch.db_name.clone();
+            sandbox::remove_on_signal("fleet", what, leftovers.remove()).await
+        })
+    });
     let result = run(args, &sb).await;
-    if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+    if sandbox::interrupted() {
         // The run failed because its database is being dropped: let the handler finish.
         std::future::pending::<()>().await;
     }
@@ -1535,24 +1500,6 @@ async fn fleet_in_sandbox(args: &Args, on_signal: bool) -> Result<Value, BoxErro
     let mut report = result?;
     report["sandbox"] = sandbox;
     Ok(report)
-}
-
-/// Waits for SIGINT or SIGTERM, then removes `leftovers` and exits 130.
-async fn remove_on_signal(leftovers: Leftovers) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
-        return;
-    };
-    let signalled = tokio::select! {
-        r = tokio::signal::ctrl_c() => r.is_ok(),
-        r = term.recv() => r.is_some(),
-    };
-    if signalled {
-        INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
-        note!("fleet: interrupted; removing {}", leftovers.db_name);
-        leftovers.remove().await;
-        std::process::exit(130);
-    }
 }
 
 #[tokio::main]
