@@ -96,20 +96,12 @@ fn round(x: f64, digits: i32) -> f64 {
     (x * f).round() / f
 }
 
-/// Clock ticks per second of `/proc` times (USER_HZ, 100 on Linux).
-const TICKS: f64 = 100.0;
+// Also loaded by the other benchmark example when both are compiled into the tests.
+#[allow(clippy::duplicate_mod)]
+#[path = "../support/proc_stat.rs"]
+mod proc_stat;
 
-/// utime + stime of one `/proc/<pid>/stat` line, in seconds, with the process's name.
-fn proc_stat_cpu(stat: &str) -> Option<(&str, f64)> {
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let name = &stat[open + 1..close];
-    // After ')': state is field 3 of the line; utime and stime are fields 14 and 15.
-    let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-    let utime: f64 = f.get(11)?.parse().ok()?;
-    let stime: f64 = f.get(12)?.parse().ok()?;
-    Some((name, (utime + stime) / TICKS))
-}
+use proc_stat::{stat_cpu, TICKS};
 
 /// User + system CPU seconds of this process's threads named [`RELAY_THREAD`].
 pub fn relay_cpu_seconds() -> f64 {
@@ -119,7 +111,7 @@ pub fn relay_cpu_seconds() -> f64 {
     tasks
         .flatten()
         .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
-        .filter_map(|stat| match proc_stat_cpu(&stat) {
+        .filter_map(|stat| match stat_cpu(&stat) {
             Some((RELAY_THREAD, cpu)) => Some(cpu),
             _ => None,
         })
@@ -136,7 +128,7 @@ fn postgres_cpu_seconds() -> Option<HashMap<u32, f64>> {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             continue;
         };
-        if let Some(("postgres", cpu)) = proc_stat_cpu(&stat) {
+        if let Some(("postgres", cpu)) = stat_cpu(&stat) {
             found.get_or_insert_with(HashMap::new).insert(pid, cpu);
         }
     }

@@ -271,7 +271,6 @@ async fn start_relay(
             statement_timeout: STATEMENT_TIMEOUT,
             // As the daemon: its batches take a fleet-wide claim slot.
             claim_slots: Some(DEFAULT_CLAIM_SLOTS as u32),
-            layout: args.layout,
             ..BatchSettings::default()
         },
         poll_interval: Duration::from_secs(1),
@@ -365,7 +364,6 @@ async fn bench_stages(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, Bo
             batch_size: args.batch_size,
             max_attempts: 25,
             statement_timeout: STATEMENT_TIMEOUT,
-            layout: args.layout,
             ..BatchSettings::default()
         }),
         sink,

@@ -2,25 +2,16 @@
 //! nanoseconds from `schedstat`, so that summing dozens of short-lived backends does not add up
 //! their clock-tick truncations), whole processes (the relays, from `stat`, or from their
 //! threads' `schedstat` for the idle fleet), and the machine.
-//! The Postgres part is a minimal copy of `examples/bench/cpu.rs`, which keeps its helpers
-//! private and reads whole-tick figures.
+//! The `stat` line is read by `examples/support/proc_stat.rs`, shared with the bench.
 
 use std::collections::HashMap;
 
-/// Clock ticks per second of `/proc/*/stat` times (USER_HZ, 100 on Linux).
-const TICKS: f64 = 100.0;
+// Also loaded by the other benchmark example when both are compiled into the tests.
+#[allow(clippy::duplicate_mod)]
+#[path = "../support/proc_stat.rs"]
+mod proc_stat;
 
-/// The name and utime + stime (seconds) of one `/proc/<pid>/stat` line.
-fn stat_cpu(stat: &str) -> Option<(&str, f64)> {
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let name = &stat[open + 1..close];
-    // After ')': state is field 3 of the line; utime and stime are fields 14 and 15.
-    let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-    let utime: f64 = f.get(11)?.parse().ok()?;
-    let stime: f64 = f.get(12)?.parse().ok()?;
-    Some((name, (utime + stime) / TICKS))
-}
+use proc_stat::{stat_cpu, TICKS};
 
 /// CPU seconds of a single-threaded process: `schedstat`'s run time (ns) when the kernel has
 /// it, else `stat`'s ticks.

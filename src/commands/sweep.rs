@@ -8,7 +8,7 @@ use jobrelay::config::{Config, STATEMENT_TIMEOUT};
 use jobrelay::db;
 use jobrelay::redis::sink::RedisSink;
 use jobrelay::relay::repair::{REPAIR_GRACE, REPAIR_LIMIT};
-use jobrelay::relay::{self, Batcher};
+use jobrelay::relay::{self, Batcher, JobSink as _};
 use jobrelay::Outcome;
 
 /// Exit 0 if every claimed row was delivered, 1 otherwise.
@@ -22,7 +22,7 @@ pub(super) async fn run(config: &Config) -> Result<ExitCode> {
     let sink = RedisSink::new(config.enqueuer(), con, config.push_timeout);
     let batcher = Batcher::new(
         pool,
-        Arc::new(relay::Queries::for_layout(&config.table, config.layout)),
+        Arc::new(relay::Queries::for_layout(&config.table, sink.layout())),
         Arc::new(config.batch_settings()),
         sink,
     );

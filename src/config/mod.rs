@@ -321,7 +321,7 @@ impl Config {
     }
 
     /// How batches are claimed: `--batch-size`, `--batch-max-bytes`, `--max-job-size`,
-    /// `--max-attempts`, `--layout`; no claim slot (the sweep's; the daemon adds its slots).
+    /// `--max-attempts`; no claim slot (the sweep's; the daemon adds its slots).
     pub fn batch_settings(&self) -> crate::relay::BatchSettings {
         crate::relay::BatchSettings {
             batch_size: self.batch_size,
@@ -330,7 +330,6 @@ impl Config {
             claim_slots: None,
             max_attempts: self.max_attempts,
             statement_timeout: STATEMENT_TIMEOUT,
-            layout: self.layout,
         }
     }
 

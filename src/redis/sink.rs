@@ -9,6 +9,7 @@ use crate::error::{Error, ErrorClass, Reason, Result};
 use crate::job::Job;
 use crate::redis::connection::RedisConnection;
 use crate::redis::enqueue::{Enqueuer, JobResult};
+use crate::redis::layout::LayoutKind;
 use crate::relay::sink::JobSink;
 
 /// A [`JobSink`] that runs the enqueue algorithm on a Redis connection, bounded by a timeout.
@@ -95,6 +96,10 @@ impl RedisSink {
 }
 
 impl JobSink for RedisSink {
+    fn layout(&self) -> LayoutKind {
+        self.enqueuer.layout()
+    }
+
     async fn push(&self, jobs: &[Job]) -> Result<Vec<JobResult>> {
         let deadline = Instant::now() + self.push_timeout;
         let mut con = self.con.clone();

@@ -37,9 +37,6 @@ pub struct BatchSettings {
     /// of sidecars has at most this many batches in flight. `None`: no slot needed (the sweep,
     /// library users).
     pub claim_slots: Option<u32>,
-    /// The Redis layout the sink writes: the claim keeps flows in order for layouts that need
-    /// it ([`super::Queries::for_layout`]); late jobs are logged.
-    pub layout: crate::redis::layout::LayoutKind,
 }
 
 impl Default for BatchSettings {
@@ -52,7 +49,6 @@ impl Default for BatchSettings {
             max_attempts: 25,
             statement_timeout: Duration::from_secs(15),
             claim_slots: None,
-            layout: crate::redis::layout::LayoutKind::Jobrelay,
         }
     }
 }

@@ -36,6 +36,7 @@ pub use self::queries::Queries;
 pub use self::report::Report;
 pub use self::sink::JobSink;
 pub use self::sweep::sweep;
+use crate::redis::layout::LayoutKind;
 use crate::table::TableName;
 
 /// What the daemon's workers share.
@@ -88,7 +89,8 @@ pub fn spawn<S: JobSink + 'static>(
             )
         },
     ));
-    let queries = Arc::new(Queries::for_layout(&settings.table, settings.batch.layout));
+    let layout = sinks.first().map_or(LayoutKind::Jobrelay, JobSink::layout);
+    let queries = Arc::new(Queries::for_layout(&settings.table, layout));
     let batch = Arc::new(settings.batch.clone());
     let slots = Arc::new(slots::SlotGate::default());
     for sink in sinks {

@@ -6,6 +6,8 @@ use std::future::Future;
 use crate::error::Result;
 use crate::job::Job;
 use crate::redis::enqueue::JobResult;
+use crate::redis::layout::LayoutKind;
+
 /// Where claimed jobs go. The relay deletes a row only after its job's result is `Ok`.
 ///
 /// The Redis implementation is [`crate::redis::sink::RedisSink`]; tests plug in sinks that
@@ -19,4 +21,10 @@ pub trait JobSink: Send + Sync {
     /// acknowledged while others were: the relay deletes the acknowledged rows, keeps the
     /// others untouched, and backs off.
     fn push(&self, jobs: &[Job]) -> impl Future<Output = Result<Vec<JobResult>>> + Send;
+
+    /// The Redis layout the jobs go out in: the claim keeps flows in order for the layouts that
+    /// need it ([`super::Queries::for_layout`]).
+    fn layout(&self) -> LayoutKind {
+        LayoutKind::Jobrelay
+    }
 }

@@ -213,7 +213,7 @@ impl Enqueuer {
                 invocation = self.new_invocation();
             }
             self.layout
-                .push_args(&mut invocation, &self.namespace, job, &buf, &mut scratch)?;
+                .push_args(&mut invocation, &self.namespace, job, &buf, &mut scratch);
             sent.push(i);
             call_bytes += size;
         }
@@ -371,6 +371,13 @@ fn refused(job: &Job, message: String) -> Error {
 /// order reached by then.
 fn dependents_first(jobs: &[Job]) -> Vec<usize> {
     use std::collections::HashMap;
+    if !jobs
+        .iter()
+        .any(|j| j.parent_uuid.is_some() || j.predecessor_uuid.is_some())
+    {
+        // Nothing names anything: the order given (the common batch pays no map).
+        return (0..jobs.len()).collect();
+    }
     let position: HashMap<uuid::Uuid, usize> =
         jobs.iter().enumerate().map(|(i, j)| (j.uuid, i)).collect();
     let anchors: Vec<(usize, usize)> = jobs

@@ -52,9 +52,6 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local lists, list_keys = {}, {}
-local sets, set_keys = {}, {}
-local zset = {}
 local watch = {}
 local markers = {}
 local seen = {}
@@ -183,17 +180,8 @@ for i = 0, n - 1 do
       result[i + 1] = refusal
     else
       seen[marker] = true
-      types[key] = want
-      if want == 'zset' then
-        zset[#zset + 1] = whole
-        zset[#zset + 1] = bytes
-      else
-        append(lists, list_keys, key, bytes)
-      end
-      if active then
-        types[active] = 'set'
-        append(sets, set_keys, active, string.sub(marker, -36))
-      end
+      -- The marker key ends with the job's uuid (36 characters).
+      stage(key, want, bytes, whole, active, active and string.sub(marker, -36))
       if racing and anchor then
         watch[#watch + 1] = now_ms
         watch[#watch + 1] = now_ms .. ':' .. anchor
@@ -212,7 +200,7 @@ for i = 0, n - 1 do
   end
 end
 
-flush(lists, list_keys, sets, set_keys, ns .. 'scheduled', zset)
+flush(ns .. 'scheduled')
 if #watch > 0 then variadic('ZADD', WATCH, watch) end
 write_markers(markers, ttl)
 return result

@@ -23,7 +23,6 @@ use prost::Message;
 use uuid::Uuid;
 
 use super::{push_keys, uuid_str, Layout, LayoutKind};
-use crate::error::Result;
 use crate::job::{epoch_score, timestamp, Job};
 use crate::proto::wire;
 
@@ -94,7 +93,7 @@ impl Layout for Conveyor {
         job: &Job,
         encoded: &[u8],
         key: &mut String,
-    ) -> Result<()> {
+    ) {
         push_keys(inv, namespace, MARKER_INFIX, job, key);
         let anchored = job.parent_uuid.is_some() || job.predecessor_uuid.is_some();
         if anchored || job.run_at.is_some() || job.dead_parent {
@@ -118,7 +117,6 @@ impl Layout for Conveyor {
         } else {
             inv.arg("");
         }
-        Ok(())
     }
 
     fn args_overhead(&self, namespace: &str, job: &Job, encoded_len: usize) -> usize {

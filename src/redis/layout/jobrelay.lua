@@ -24,9 +24,6 @@ local n = (#ARGV - 2) / FIELDS
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 
-local lists, list_keys = {}, {}
-local sets, set_keys = {}, {}
-local zset = {}
 local markers = {}
 local seen = {}
 local result = {}
@@ -69,18 +66,8 @@ for i = 0, n - 1 do
       result[i + 1] = refusal
     else
       seen[marker] = true
-      types[key] = want
-      if want == 'zset' then
-        zset[#zset + 1] = score
-        zset[#zset + 1] = job
-      else
-        append(lists, list_keys, key, job)
-      end
-      if active then
-        types[active] = 'set'
-        -- The marker key ends with the job's uuid (36 characters).
-        append(sets, set_keys, active, string.sub(marker, -36))
-      end
+      -- The marker key ends with the job's uuid (36 characters).
+      stage(key, want, job, score, active, active and string.sub(marker, -36))
       markers[#markers + 1] = marker
       markers[#markers + 1] = job
       result[i + 1] = outcome
@@ -88,6 +75,6 @@ for i = 0, n - 1 do
   end
 end
 
-flush(lists, list_keys, sets, set_keys, ns .. 'scheduled', zset)
+flush(ns .. 'scheduled')
 write_markers(markers, ttl)
 return result

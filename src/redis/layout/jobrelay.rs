@@ -8,7 +8,6 @@ use prost::Message;
 use uuid::Uuid;
 
 use super::{push_keys, uuid_str, Layout, LayoutKind};
-use crate::error::Result;
 use crate::job::{epoch_score, Job};
 
 /// The layout.
@@ -49,7 +48,7 @@ impl Layout for Jobrelay {
         job: &Job,
         encoded: &[u8],
         key: &mut String,
-    ) -> Result<()> {
+    ) {
         push_keys(inv, namespace, "jobs:", job, key);
         if job.parent_uuid.is_some()
             || job.predecessor_uuid.is_some()
@@ -67,7 +66,6 @@ impl Layout for Jobrelay {
             );
         }
         inv.arg(&*key).arg(encoded);
-        Ok(())
     }
 
     fn args_overhead(&self, namespace: &str, job: &Job, _encoded_len: usize) -> usize {

@@ -20,7 +20,6 @@ use std::str::FromStr;
 
 use uuid::Uuid;
 
-use crate::error::Result;
 use crate::job::Job;
 
 /// Which layout, as named by `--layout` / `JOBRELAY_LAYOUT`.
@@ -100,7 +99,7 @@ pub trait Layout: Send + Sync + fmt::Debug {
         job: &Job,
         encoded: &[u8],
         scratch: &mut String,
-    ) -> Result<()>;
+    );
 
     /// An upper bound of the bytes [`Layout::push_args`] sends for `job` besides `encoded`.
     fn args_overhead(&self, namespace: &str, job: &Job, encoded_len: usize) -> usize;

@@ -52,8 +52,29 @@ local function wrong_type(key, want, active)
   return nil
 end
 
--- The gathered writes: LPUSH per list, SADD per set, one ZADD (score, member pairs).
-local function flush(lists, list_keys, sets, set_keys, zset_key, zset)
+-- The writes of the jobs accepted so far, by key, in order.
+local lists, list_keys = {}, {}
+local sets, set_keys = {}, {}
+local zset = {}
+
+-- Accepts a job's write: `member` into `key` (a list, or the scheduled set with `score`), and
+-- with `active`, `active_member` into that set.
+local function stage(key, want, member, score, active, active_member)
+  types[key] = want
+  if want == 'zset' then
+    zset[#zset + 1] = score
+    zset[#zset + 1] = member
+  else
+    append(lists, list_keys, key, member)
+  end
+  if active then
+    types[active] = 'set'
+    append(sets, set_keys, active, active_member)
+  end
+end
+
+-- The gathered writes: LPUSH per list, SADD per set, one ZADD into `zset_key`.
+local function flush(zset_key)
   for _, key in ipairs(list_keys) do variadic('LPUSH', key, lists[key]) end
   for _, key in ipairs(set_keys) do variadic('SADD', key, sets[key]) end
   if #zset > 0 then variadic('ZADD', zset_key, zset) end
