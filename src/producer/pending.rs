@@ -458,7 +458,9 @@ impl PendingJobs {
     ///   never committed (the transaction rolled back), are not pushed ([`PushReport::skipped`]);
     /// - a job the script refuses keeps its row, unchanged, for the relay
     ///   ([`PushReport::refused`]); the others are deleted;
-    /// - if the push fails as a whole (Redis down, [`Producer::push_timeout`]), the transaction
+    /// - [`Producer::push_timeout`] bounds each script call against one deadline: the jobs of
+    ///   calls answered before it are deleted, the others keep their rows (refused, transient);
+    /// - if the push fails as a whole (Redis down, or its first call times out), the transaction
     ///   rolls back: every row stays for the relay, and the error says so
     ///   ([`FastPathError::rows_left`]). A job that reached Redis anyway is then relayed as
     ///   `duplicate`: each job lands once.

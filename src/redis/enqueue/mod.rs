@@ -231,20 +231,18 @@ impl Enqueuer {
             .collect())
     }
 
-    /// [`Enqueuer::enqueue_batch`] bounded by `timeout`: past it, the call fails as
-    /// [`Error::Timeout`] (transient; the jobs may or may not have landed, each whole).
+    /// [`Enqueuer::enqueue_batch_until`] `timeout` from now: a first call unanswered by then
+    /// fails the push as [`Error::Timeout`] (transient; its jobs may or may not have landed,
+    /// each whole); the calls answered before keep their outcomes.
     pub async fn enqueue_batch_within<C: ConnectionLike + Send>(
         &self,
         con: &mut C,
         jobs: &[Job],
         timeout: Duration,
     ) -> Result<Vec<JobResult>> {
-        tokio::time::timeout(timeout, self.enqueue_batch(con, jobs))
+        let deadline = tokio::time::Instant::now() + timeout;
+        self.enqueue_batch_until(con, jobs, Some((deadline, timeout)))
             .await
-            .map_err(|_| Error::Timeout {
-                what: "redis push",
-                after: timeout,
-            })?
     }
 
     /// Validates and marshals `job` into `buf`, refusing one over the size limit.
@@ -521,6 +519,21 @@ mod tests {
                 "{r:?}"
             );
         }
+
+        // The producer's bound, `timeout` from now, is the same per-call deadline.
+        let mut con = FirstCallOnly { calls: 0 };
+        let results = enqueuer
+            .enqueue_batch_within(&mut con, &jobs, timeout)
+            .await
+            .expect("the first call was answered");
+        let queued = results
+            .iter()
+            .filter(|r| matches!(r, Ok(Outcome::Queued)))
+            .count();
+        assert_eq!(
+            queued, MAX_JOBS_PER_CALL,
+            "answered calls keep their outcomes"
+        );
 
         // A first call unanswered by the deadline fails the whole push.
         let mut con = FirstCallOnly { calls: 1 };
