@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::{Connection, PgConnection, PgPool, Postgres};
 
 use crate::error::{Error, Result};
 use crate::table::TableName;
@@ -12,12 +13,37 @@ use crate::table::TableName;
 /// The migrations in `migrations/`, embedded in the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
+/// How long a pool waits for a connection (or to open one) before it gives up.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Bound on the check a connection passes when it goes back to the pool. sqlx checks it with
+/// a round trip of its own that has no bound: a connection frozen mid-statement (a primary
+/// gone silent, no RST) would keep its pool slot until the kernel gives up on the socket
+/// (about 15 minutes), and a pool whose slots all hang that way serves no one, even once new
+/// connections would reach a live server again.
+pub const RELEASE_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A pool of at most `max` connections that connects on first use, so a relay starts (and
-/// serves its probes) while Postgres is still down.
+/// serves its probes) while Postgres is still down. A connection handed back is closed
+/// instead of kept when it does not answer within [`RELEASE_CHECK_TIMEOUT`].
 pub fn lazy_pool(opts: PgConnectOptions, max: u32) -> PgPool {
     PgPoolOptions::new()
         .max_connections(max)
-        .acquire_timeout(Duration::from_secs(10))
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .after_release(|conn, _meta| {
+            Box::pin(async move {
+                match tokio::time::timeout(RELEASE_CHECK_TIMEOUT, conn.ping()).await {
+                    Ok(Ok(())) => Ok(true),
+                    Ok(Err(e)) => Err(e),
+                    // Err: sqlx drops the connection without a goodbye (a frozen socket
+                    // would not take one).
+                    Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "connection did not answer when handed back to the pool",
+                    ))),
+                }
+            })
+        })
         .connect_lazy_with(opts)
 }
 
@@ -32,6 +58,62 @@ pub async fn checked_pool(opts: PgConnectOptions, max: u32, timeout: Duration) -
         })??;
     let _ = conn.close().await;
     Ok(lazy_pool(opts, max))
+}
+
+/// Takes a connection from `pool` within `limit` (`what` names the wait in the error).
+///
+/// When none came in time, connects once directly to learn why: sqlx's pool retries a server
+/// that refuses connections with `too many connections` (SQLSTATE 53300: `max_connections`,
+/// or a role's or database's `CONNECTION LIMIT`) quietly until its deadline, then says only
+/// that it timed out. The server's own error is returned instead, so that logs, `/readyz` and
+/// `check` name it.
+pub async fn acquire(
+    pool: &PgPool,
+    limit: Duration,
+    what: &'static str,
+) -> Result<PoolConnection<Postgres>> {
+    match tokio::time::timeout(limit, pool.acquire()).await {
+        Ok(Ok(conn)) => return Ok(conn),
+        Ok(Err(sqlx::Error::PoolTimedOut)) | Err(_) => {}
+        Ok(Err(e)) => return Err(e.into()),
+    }
+    let opts = pool.connect_options();
+    match tokio::time::timeout(limit, PgConnection::connect_with(&opts)).await {
+        Ok(Err(e)) => Err(Error::Database(e)),
+        Ok(Ok(conn)) => {
+            // It could connect after all: the pool's connections were busy.
+            let _ = tokio::time::timeout(limit, conn.close()).await;
+            Err(Error::Timeout { what, after: limit })
+        }
+        Err(_) => Err(Error::Timeout { what, after: limit }),
+    }
+}
+
+/// The statement that opens each of the relay's transactions: `BEGIN`, then the relay's
+/// settings for that transaction only (`SET LOCAL`), in one round trip of the simple query
+/// protocol.
+///
+/// Settings given at connection time (the startup packet's `options`) are refused by
+/// PgBouncer unless it ignores them, and then they are lost; settings made with a session-level
+/// `SET` would stay on a pooled server connection and reach the application's transactions
+/// after it (PgBouncer in transaction mode). `SET LOCAL` works through any pooler and ends with
+/// the transaction.
+///
+/// - `statement_timeout`: no claim or hand-back runs longer;
+/// - `idle_in_transaction_session_timeout`: a relay that stops while it holds rows (paused,
+///   partitioned away) loses its transaction, and the rows are claimable again;
+/// - `synchronous_commit = off`: the relay's commits only delete rows whose jobs Redis already
+///   holds. If Postgres crashes before such a commit reaches disk, the rows come back and are
+///   pushed again, and the dedup marker turns that push into `duplicate`: waiting for the WAL
+///   flush on every batch would buy nothing but latency. (Producers' commits are untouched.)
+pub fn begin_statement(statement_timeout: Duration, idle_in_transaction: Duration) -> String {
+    format!(
+        "BEGIN; SET LOCAL statement_timeout = {}; \
+         SET LOCAL idle_in_transaction_session_timeout = {}; \
+         SET LOCAL synchronous_commit = off",
+        statement_timeout.as_millis().max(1),
+        idle_in_transaction.as_millis().max(1),
+    )
 }
 
 /// The columns of an outbox table and their types (docs/schema.md). Other columns may follow.
@@ -194,17 +276,32 @@ pub async fn migrate(pool: &PgPool, table: &TableName) -> Result<()> {
 
 /// The latest applied migration version, or `None` before `jobrelay migrate` ran.
 pub async fn schema_version(pool: &PgPool) -> Result<Option<i64>> {
-    let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
-        .fetch_one(pool)
-        .await?;
+    use sqlx::Row as _;
+    // The simple query protocol: one round trip, safe through PgBouncer in transaction mode
+    // (see [`simple_query`]).
+    let mut conn = pool.acquire().await?;
+    let exists: bool = simple_query(&mut conn, "SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .await?
+        .try_get(0)?;
     if !exists {
         return Ok(None);
     }
     Ok(
-        sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
-            .fetch_one(pool)
-            .await?,
+        simple_query(&mut conn, "SELECT max(version) FROM _sqlx_migrations WHERE success")
+            .await?
+            .try_get(0)?,
     )
+}
+
+/// Runs one parameterless statement with the simple query protocol and returns its first row.
+///
+/// A statement with the extended protocol outside a transaction takes two round trips, each
+/// ended by a Sync; PgBouncer in transaction mode may run the second on another server
+/// connection than the first, where the statement it binds does not exist (or is another
+/// client's). A simple query is one message, run by one server connection.
+pub async fn simple_query(conn: &mut PgConnection, sql: &str) -> sqlx::Result<PgRow> {
+    // A bare `&str` has no arguments: sqlx sends it as a simple Query message.
+    sqlx::Executor::fetch_one(conn, sql).await
 }
 
 /// The newest migration this binary carries.

@@ -177,6 +177,10 @@ pub enum Reason {
     TableMissing,
     /// The server is starting (Redis `LOADING`, Postgres `cannot_connect_now`).
     Loading,
+    /// The server refuses new connections: Postgres `too_many_connections` (53300:
+    /// `max_connections`, or a role's or database's `CONNECTION LIMIT`), PgBouncer's
+    /// `max_client_conn`.
+    TooManyConnections,
     /// The server is busy or cannot take writes for another reason of its own (Redis `BUSY`,
     /// `MISCONF`, `NOREPLICAS`, cluster `TRYAGAIN`/`CLUSTERDOWN`).
     Unavailable,
@@ -196,6 +200,7 @@ impl Reason {
             Reason::PermissionDenied => "permission denied",
             Reason::TableMissing => "table or schema missing",
             Reason::Loading => "loading",
+            Reason::TooManyConnections => "too many connections",
             Reason::Unavailable => "unavailable",
             Reason::Other => "error",
         }
@@ -306,6 +311,11 @@ pub fn postgres_reason(e: &sqlx::Error) -> Reason {
             // query_canceled: statement_timeout
             Some("57014") => Reason::Timeout,
             Some("57P03") => Reason::Loading,
+            Some("53300") => Reason::TooManyConnections,
+            // PgBouncer's own refusal (max_client_conn) comes as a protocol violation.
+            Some("08P01") if db.message().starts_with("no more connections allowed") => {
+                Reason::TooManyConnections
+            }
             Some(c) if c.starts_with("08") || c.starts_with("57P") => Reason::Unreachable,
             Some(c) if c.starts_with("53") => Reason::Unavailable,
             _ => Reason::Other,

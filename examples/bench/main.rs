@@ -245,7 +245,7 @@ async fn start_relay(
         .thread_name(cpu::RELAY_THREAD)
         .enable_all()
         .build()?;
-    let opts = jobrelay::config::session_settings(sb.db_url.parse()?, Duration::from_secs(20));
+    let opts = jobrelay::config::session_settings(sb.db_url.parse()?);
     let pool = jobrelay::db::lazy_pool(opts, args.workers as u32 + 2);
     let enqueuer =
         Enqueuer::new(sb.namespace.clone(), Duration::from_secs(900)).with_layout(args.layout);
@@ -346,7 +346,7 @@ async fn bench_drain(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, Box
 async fn bench_stages(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, BoxError> {
     let rows = (args.rows / 4).max(1);
     sb.copy_rows(rows, "stages").await?;
-    let opts = jobrelay::config::session_settings(sb.db_url.parse()?, Duration::from_secs(20));
+    let opts = jobrelay::config::session_settings(sb.db_url.parse()?);
     let pool = jobrelay::db::lazy_pool(opts, 2);
     let con = jobrelay::redis::connection::connect(&sb.redis, Duration::from_secs(5)).await?;
     let sink = RedisSink::new(

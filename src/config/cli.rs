@@ -28,6 +28,19 @@ pub struct Flags {
     /// File holding the Postgres URL (Kubernetes Secret volume) [env: DATABASE_URL_FILE]
     #[arg(long, global = true, value_name = "PATH")]
     pub database_url_file: Option<String>,
+    /// Postgres URL for the notification listener (LISTEN needs a session of its own: give a
+    /// direct URL when --database-url is PgBouncer in transaction mode)
+    /// [env: JOBRELAY_LISTEN_URL] [default: --database-url]
+    #[arg(long, global = true, value_name = "URL")]
+    pub listen_url: Option<String>,
+    /// File holding the listener's Postgres URL [env: JOBRELAY_LISTEN_URL_FILE]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub listen_url_file: Option<String>,
+    /// Most Postgres connections the relay opens: workers, probe, listener, wake-up lock;
+    /// below workers+3 the wake-up lock is off, below workers+2 the listener too (poll only)
+    /// [env: JOBRELAY_PG_MAX_CONNECTIONS] [default: workers+3]
+    #[arg(long, global = true, value_name = "N")]
+    pub pg_max_connections: Option<String>,
     /// Redis URL, redis:// or rediss:// (TLS) [env: REDIS_URL] [default: redis://127.0.0.1:6379]
     #[arg(long, global = true, value_name = "URL")]
     pub redis_url: Option<String>,

@@ -90,6 +90,11 @@ pub use crate::defaults::*;
 pub struct Config {
     /// `--database-url`.
     pub database_url: SecretUrl,
+    /// `--listen-url` (`None`: the listener uses `--database-url`).
+    pub listen_url: Option<SecretUrl>,
+    /// `--pg-max-connections`: the most Postgres connections the relay opens (see
+    /// [`Config::pg_footprint`]).
+    pub pg_max_connections: usize,
     /// `--redis-url`.
     pub redis_url: SecretUrl,
     /// `--redis-ca-file`: CA certificates that verify a `rediss://` server instead of the
@@ -145,6 +150,10 @@ impl Config {
 
         let database_url = src.secret_url("database_url", "--database-url", "DATABASE_URL")?;
         let redis_url = src.secret_url("redis_url", "--redis-url", "REDIS_URL")?;
+        let listen_url = src.secret_url("listen_url", "--listen-url", "JOBRELAY_LISTEN_URL")?;
+        if let Some((url, origin)) = &listen_url {
+            check_database_url(url, origin)?;
+        }
         let database_url = match database_url {
             Some((url, origin)) => {
                 check_database_url(&url, &origin)?;
@@ -218,6 +227,20 @@ impl Config {
         let workers = src
             .parse("workers", |s| bounded_int(s, 1, 64))?
             .unwrap_or(DEFAULT_WORKERS);
+        // Workers plus the probe, at least; the default adds the listener and the wake-up lock.
+        let pg_max_connections = src
+            .parse("pg_max_connections", |s| bounded_int(s, 2, 1000))?
+            .unwrap_or(workers + 3);
+        if pg_max_connections < workers + 1 {
+            return Err(ConfigError {
+                culprit: src.origin_of("pg_max_connections").to_string(),
+                reason: format!(
+                    "{pg_max_connections} is fewer than one connection per worker ({workers}, \
+                     --workers) plus one for the probe: use at least {} or fewer workers",
+                    workers + 1
+                ),
+            });
+        }
         let claim_slots = src
             .parse("claim_slots", |s| bounded_int(s, 1, 64))?
             .unwrap_or(DEFAULT_CLAIM_SLOTS);
@@ -264,6 +287,8 @@ impl Config {
 
         let config = Config {
             database_url: SecretUrl(database_url),
+            listen_url: listen_url.map(|(url, _)| SecretUrl(url)),
+            pg_max_connections,
             redis_url: SecretUrl(redis_url),
             redis_ca_file,
             table,
@@ -309,15 +334,31 @@ impl Config {
         self.push_timeout + STATEMENT_TIMEOUT
     }
 
-    /// Postgres connection options: the URL plus the relay's session settings (statement and
-    /// idle-in-transaction timeouts, server-side TCP keepalives, application name).
+    /// Postgres connection options: the URL plus the relay's connection settings
+    /// ([`session_settings`]).
     pub fn pg_options(&self) -> Result<PgConnectOptions, ConfigError> {
-        let opts =
-            PgConnectOptions::from_str(self.database_url.expose()).map_err(|_| ConfigError {
-                culprit: "--database-url".into(),
-                reason: format!("{} is not a valid Postgres URL", self.database_url),
-            })?;
-        Ok(session_settings(opts, self.idle_in_transaction_timeout()))
+        url_options(&self.database_url, "--database-url")
+    }
+
+    /// The listener's connection options: `--listen-url`, else `--database-url`.
+    pub fn listen_options(&self) -> Result<PgConnectOptions, ConfigError> {
+        match &self.listen_url {
+            Some(url) => url_options(url, "--listen-url"),
+            None => self.pg_options(),
+        }
+    }
+
+    /// How the relay spends `--pg-max-connections`: a pool for the workers and the probe,
+    /// then one connection for the listener, then one for the wake-up lock, as far as they fit.
+    pub fn pg_footprint(&self) -> PgFootprint {
+        let (n, w) = (self.pg_max_connections, self.workers);
+        let listener = n >= w + 2;
+        let wakeup_lock = n >= w + 3;
+        PgFootprint {
+            pool: (n - usize::from(listener) - usize::from(wakeup_lock)) as u32,
+            listener,
+            wakeup_lock,
+        }
     }
 
     /// How batches are claimed: `--batch-size`, `--batch-max-bytes`, `--max-job-size`,
@@ -330,6 +371,7 @@ impl Config {
             claim_slots: None,
             max_attempts: self.max_attempts,
             statement_timeout: STATEMENT_TIMEOUT,
+            idle_in_transaction_timeout: self.idle_in_transaction_timeout(),
         }
     }
 
@@ -345,7 +387,15 @@ impl Config {
                 poll_interval: self.poll_interval,
             },
             workers: self.workers,
-            pool: crate::db::lazy_pool(self.pg_options()?, self.workers as u32 + 2),
+            pool: crate::db::lazy_pool(self.pg_options()?, self.pg_footprint().pool),
+            wakeup: crate::relay::Wakeup {
+                listen: if self.pg_footprint().listener {
+                    Some(self.listen_options()?)
+                } else {
+                    None
+                },
+                lock: self.pg_footprint().wakeup_lock,
+            },
             redis: self.redis_client()?,
             enqueuer: self.enqueuer(),
             push_timeout: self.push_timeout,
@@ -373,35 +423,51 @@ impl Config {
     }
 }
 
-/// Adds the relay's session settings to Postgres connection options.
-pub fn session_settings(opts: PgConnectOptions, idle_in_tx: Duration) -> PgConnectOptions {
+/// How the relay's Postgres connections are spent ([`Config::pg_footprint`],
+/// docs/cli.md#postgres-connections).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PgFootprint {
+    /// The pool of the workers (one connection each while a batch runs) and the probe.
+    pub pool: u32,
+    /// One connection for LISTEN; without it, idle workers poll every `--poll-interval`.
+    pub listener: bool,
+    /// One connection for the wake-up lock while workers find rows; without it, producers
+    /// always NOTIFY.
+    pub wakeup_lock: bool,
+}
+
+impl PgFootprint {
+    /// Connections at most: the pool, the listener, the wake-up lock.
+    pub fn total(&self) -> u32 {
+        self.pool + u32::from(self.listener) + u32::from(self.wakeup_lock)
+    }
+}
+
+fn url_options(url: &SecretUrl, flag: &str) -> Result<PgConnectOptions, ConfigError> {
+    let opts = PgConnectOptions::from_str(url.expose()).map_err(|_| ConfigError {
+        culprit: flag.into(),
+        reason: format!("{url} is not a valid Postgres URL"),
+    })?;
+    Ok(session_settings(opts))
+}
+
+/// Adds the relay's connection settings to Postgres connection options: its application name
+/// and statement logging, and nothing in the startup packet that PgBouncer refuses by default
+/// (`options`, `extra_float_digits`). The relay's timeouts and `synchronous_commit` are set
+/// per transaction instead ([`crate::db::begin_statement`]); `options` given in the URL are
+/// kept.
+pub fn session_settings(opts: PgConnectOptions) -> PgConnectOptions {
     let application_name = opts
         .get_application_name()
         .map(str::to_owned)
         .unwrap_or_else(|| "jobrelay".to_owned());
     // A relay runs a probe query every second: statements belong at TRACE, slow ones at WARN.
-    let opts = opts
-        .log_statements(log::LevelFilter::Trace)
-        .log_slow_statements(log::LevelFilter::Warn, Duration::from_secs(1));
-    opts.application_name(&application_name).options([
-        (
-            "statement_timeout",
-            format!("{}", STATEMENT_TIMEOUT.as_millis()),
-        ),
-        (
-            "idle_in_transaction_session_timeout",
-            format!("{}", idle_in_tx.as_millis()),
-        ),
-        // The relay's commits only delete rows whose jobs Redis already holds. If Postgres
-        // crashes before such a commit reaches disk, the rows come back and are pushed again,
-        // and the dedup marker turns that push into `duplicate`: waiting for the WAL flush on
-        // every batch would buy nothing but latency. (Producers' commits are untouched.)
-        ("synchronous_commit", "off".to_owned()),
-        // The server notices a relay that vanished without closing its socket.
-        ("tcp_keepalives_idle", "10".to_owned()),
-        ("tcp_keepalives_interval", "5".to_owned()),
-        ("tcp_keepalives_count", "3".to_owned()),
-    ])
+    opts.log_statements(log::LevelFilter::Trace)
+        .log_slow_statements(log::LevelFilter::Warn, Duration::from_secs(1))
+        .application_name(&application_name)
+        // Floats the relay reads as text (the probe's backlog age) need no more digits than
+        // the server's default gives.
+        .extra_float_digits(None)
 }
 
 fn check_database_url(url: &str, origin: &Origin) -> Result<(), ConfigError> {

@@ -16,6 +16,17 @@ pub const OPTIONS: &[(&str, &str, Option<&str>)] = &[
         "--database-url-file",
         Some("DATABASE_URL_FILE"),
     ),
+    ("listen_url", "--listen-url", Some("JOBRELAY_LISTEN_URL")),
+    (
+        "listen_url_file",
+        "--listen-url-file",
+        Some("JOBRELAY_LISTEN_URL_FILE"),
+    ),
+    (
+        "pg_max_connections",
+        "--pg-max-connections",
+        Some("JOBRELAY_PG_MAX_CONNECTIONS"),
+    ),
     ("redis_url", "--redis-url", Some("REDIS_URL")),
     ("redis_url_file", "--redis-url-file", Some("REDIS_URL_FILE")),
     (
@@ -93,9 +104,12 @@ pub(crate) struct Sources<'a> {
 }
 
 fn flag_values(f: &Flags) -> HashMap<&'static str, String> {
-    let pairs: [(&'static str, &Option<String>); 21] = [
+    let pairs: [(&'static str, &Option<String>); 24] = [
         ("database_url", &f.database_url),
         ("database_url_file", &f.database_url_file),
+        ("listen_url", &f.listen_url),
+        ("listen_url_file", &f.listen_url_file),
+        ("pg_max_connections", &f.pg_max_connections),
         ("redis_url", &f.redis_url),
         ("redis_url_file", &f.redis_url_file),
         ("redis_ca_file", &f.redis_ca_file),

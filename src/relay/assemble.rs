@@ -22,8 +22,10 @@ pub struct Assembly {
     pub settings: RelaySettings,
     /// Claim loops, each with its own Redis connection.
     pub workers: usize,
-    /// The relay's Postgres pool (`workers` + 2 connections: the listener and the probe).
+    /// The relay's Postgres pool: the workers' and the probe's connections.
     pub pool: PgPool,
+    /// The listener and the wake-up lock (connections of their own).
+    pub wakeup: super::Wakeup,
     /// The Redis server.
     pub redis: redis::Client,
     /// The layout, namespace, marker TTL and size limits.
@@ -92,7 +94,15 @@ impl Assembly {
                 self.push_timeout,
             ));
         }
-        super::spawn(tracker, &self.settings, self.pool, sinks, health, shutdown);
+        super::spawn_with(
+            tracker,
+            &self.settings,
+            &self.wakeup,
+            self.pool,
+            sinks,
+            health,
+            shutdown,
+        );
     }
 }
 

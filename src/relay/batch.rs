@@ -32,6 +32,9 @@ pub struct BatchSettings {
     /// Client-side bound on each statement (claim, hand-back, commit), on top of the server's
     /// `statement_timeout`: a Postgres that stops answering cannot hold a worker.
     pub statement_timeout: Duration,
+    /// `idle_in_transaction_session_timeout` of each batch's transaction (`SET LOCAL`, see
+    /// [`crate::db::begin_statement`]): a relay that stops while it holds rows loses them.
+    pub idle_in_transaction_timeout: Duration,
     /// Fleet-wide claim slots (`--claim-slots`): a batch runs only while its transaction holds
     /// one of these many advisory locks, shared by every relay on the table, so that a fleet
     /// of sidecars has at most this many batches in flight. `None`: no slot needed (the sweep,
@@ -40,7 +43,7 @@ pub struct BatchSettings {
 }
 
 impl Default for BatchSettings {
-    /// The daemon's defaults: 1,000 rows, 8 MiB, jobs up to 8 MiB, 25 attempts, 15 s.
+    /// The daemon's defaults: 1,000 rows, 8 MiB, jobs up to 8 MiB, 25 attempts, 15 s, 20 s.
     fn default() -> Self {
         BatchSettings {
             batch_size: crate::defaults::DEFAULT_BATCH_SIZE,
@@ -48,6 +51,7 @@ impl Default for BatchSettings {
             max_job_bytes: crate::redis::enqueue::DEFAULT_MAX_JOB_BYTES,
             max_attempts: 25,
             statement_timeout: Duration::from_secs(15),
+            idle_in_transaction_timeout: Duration::from_secs(20),
             claim_slots: None,
         }
     }
@@ -118,7 +122,12 @@ impl<S: JobSink> Batcher<S> {
     /// again with its attempts unchanged.
     pub async fn run_once(&self, older_than: Option<Duration>) -> Result<Report> {
         let started = Instant::now();
-        let mut conn = self.bounded("postgres begin", self.pool.acquire()).await?;
+        let mut conn = crate::db::acquire(
+            &self.pool,
+            self.settings.statement_timeout,
+            "postgres connection",
+        )
+        .await?;
         let result = self.in_transaction(&mut conn, older_than, started).await;
         if let Err(e) = &result {
             if e.dependency() == Some(Dependency::Postgres) && e.reason() == Reason::ReadOnly {
@@ -126,6 +135,10 @@ impl<S: JobSink> Batcher<S> {
                 // made read-only) stays so: let the pool open a new one, which may reach the
                 // new primary.
                 let _ = tokio::time::timeout(self.settings.statement_timeout, conn.close()).await;
+            } else if matches!(e, Error::Timeout { what, .. } if what.starts_with("postgres")) {
+                // A statement that did not answer (a primary gone silent): the session is
+                // dropped at once, not handed back to the pool to be checked.
+                drop(conn.detach());
             }
         }
         result
@@ -137,7 +150,13 @@ impl<S: JobSink> Batcher<S> {
         older_than: Option<Duration>,
         started: Instant,
     ) -> Result<Report> {
-        let mut tx = self.bounded("postgres begin", conn.begin()).await?;
+        // BEGIN with the relay's settings for this transaction only (works through PgBouncer
+        // in either mode, leaks into no other session).
+        let begin = crate::db::begin_statement(
+            self.settings.statement_timeout,
+            self.settings.idle_in_transaction_timeout,
+        );
+        let mut tx = self.bounded("postgres begin", conn.begin_with(begin)).await?;
         let begun = started.elapsed();
         let mut report = self.claim_push_settle(&mut tx, older_than).await?;
         report.stages.begin = begun;
@@ -176,7 +195,11 @@ impl<S: JobSink> Batcher<S> {
         let claimed: Vec<ClaimedRow> = self
             .bounded(
                 "postgres claim",
+                // Unnamed statements (here and below): a named one would outlive the
+                // transaction on its server connection, which PgBouncer in transaction mode
+                // hands to other clients (docs/guarantees.md#postgres-connections).
                 sqlx::query_as(&self.queries.claim)
+                    .persistent(false)
                     .bind(self.settings.batch_size as i64)
                     .bind(older_than.map(|d| d.as_secs_f64()))
                     .bind(self.settings.max_batch_bytes as i64)
@@ -197,7 +220,9 @@ impl<S: JobSink> Batcher<S> {
                 let held: Option<String> = self
                     .bounded(
                         "postgres claim",
-                        sqlx::query_scalar(&self.queries.slot_held).fetch_one(&mut *conn),
+                        sqlx::query_scalar(&self.queries.slot_held)
+                            .persistent(false)
+                            .fetch_one(&mut *conn),
                     )
                     .await?;
                 report.no_slot = held.as_deref() == Some("false");
@@ -431,6 +456,7 @@ impl<S: JobSink> Batcher<S> {
         self.bounded(
             "postgres hand-back",
             sqlx::query(sql)
+                .persistent(false)
                 .bind(id)
                 .bind(uuid)
                 .bind(queue)

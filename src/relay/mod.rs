@@ -24,12 +24,14 @@ pub(crate) mod worker;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use self::assemble::Assembly;
+
 pub use self::batch::{BatchSettings, Batcher};
 pub use self::health::{Dependency, Health};
 pub use self::queries::Queries;
@@ -50,11 +52,19 @@ pub struct RelaySettings {
     pub poll_interval: Duration,
 }
 
-/// Starts the notification listener and one worker per sink on `tracker`, until `shutdown`.
-///
-/// Each worker finishes the batch in hand after `shutdown` fires, then stops. Wait for them
-/// with `tracker.close(); tracker.wait()`. Every task is supervised (`supervise.rs`): one that
-/// panics is logged, counted and restarted.
+/// How idle workers learn of new rows, and what that costs in connections.
+#[derive(Debug, Clone)]
+pub struct Wakeup {
+    /// Where the notification listener connects (a session of its own, outside the pool);
+    /// `None`: no listener, idle workers poll every poll interval.
+    pub listen: Option<PgConnectOptions>,
+    /// Whether busy workers hold the wake-up lock (one more connection while they find rows),
+    /// so that producers skip NOTIFY ([`crate::wakeup::lock`]).
+    pub lock: bool,
+}
+
+/// Starts the notification listener (on the pool's server), the wake-up lock and one worker
+/// per sink on `tracker`, until `shutdown`: [`spawn_with`] with both wake-ups on.
 pub fn spawn<S: JobSink + 'static>(
     tracker: &TaskTracker,
     settings: &RelaySettings,
@@ -63,32 +73,71 @@ pub fn spawn<S: JobSink + 'static>(
     health: Arc<Health>,
     shutdown: CancellationToken,
 ) {
+    let wakeup = Wakeup {
+        listen: Some((*pool.connect_options()).clone()),
+        lock: true,
+    };
+    spawn_with(tracker, settings, &wakeup, pool, sinks, health, shutdown);
+}
+
+/// Starts the wake-ups `wakeup` asks for and one worker per sink on `tracker`, until
+/// `shutdown`.
+///
+/// Each worker finishes the batch in hand after `shutdown` fires, then stops. Wait for them
+/// with `tracker.close(); tracker.wait()`. Every task is supervised (`supervise.rs`): one that
+/// panics is logged, counted and restarted.
+pub fn spawn_with<S: JobSink + 'static>(
+    tracker: &TaskTracker,
+    settings: &RelaySettings,
+    wakeup: &Wakeup,
+    pool: PgPool,
+    sinks: Vec<S>,
+    health: Arc<Health>,
+    shutdown: CancellationToken,
+) {
     let (wake_tx, wake_rx) = watch::channel(0u64);
     let activity = Arc::new(crate::wakeup::lock::Activity::default());
-    let (h, stop) = (health.clone(), shutdown.clone());
-    let (p, channel, tx) = (pool.clone(), settings.table.channel(), wake_tx.clone());
-    tracker.spawn(supervise::supervised(
-        "listener",
-        h,
-        stop.clone(),
-        move || crate::wakeup::listen::listen(p.clone(), channel.clone(), tx.clone(), stop.clone()),
-    ));
-    let (h, stop) = (health.clone(), shutdown.clone());
-    let (p, table, a) = (pool.clone(), settings.table.clone(), activity.clone());
-    tracker.spawn(supervise::supervised(
-        "wakeup",
-        h,
-        stop.clone(),
-        move || {
-            crate::wakeup::lock::keep_awake(
-                p.clone(),
-                table.clone(),
-                a.clone(),
-                wake_tx.clone(),
-                stop.clone(),
-            )
-        },
-    ));
+    if let Some(listen) = &wakeup.listen {
+        let (h, stop) = (health.clone(), shutdown.clone());
+        let listener = crate::wakeup::listen::Listener {
+            opts: listen.clone(),
+            notifier: pool.clone(),
+            channel: settings.table.channel(),
+            wake: wake_tx.clone(),
+        };
+        tracker.spawn(supervise::supervised(
+            "listener",
+            h,
+            stop.clone(),
+            move || listener.clone().run(stop.clone()),
+        ));
+    } else {
+        tracing::info!(
+            poll_interval = ?settings.poll_interval,
+            "no notification listener (--pg-max-connections): idle workers poll"
+        );
+    }
+    if wakeup.lock {
+        let (h, stop) = (health.clone(), shutdown.clone());
+        let (p, table, a) = (pool.clone(), settings.table.clone(), activity.clone());
+        let tx = wake_tx.clone();
+        tracker.spawn(supervise::supervised(
+            "wakeup",
+            h,
+            stop.clone(),
+            move || {
+                crate::wakeup::lock::keep_awake(
+                    p.clone(),
+                    table.clone(),
+                    a.clone(),
+                    tx.clone(),
+                    stop.clone(),
+                )
+            },
+        ));
+    }
+    // Without a listener or a lock, the wake channel closes here and workers poll.
+    drop(wake_tx);
     let layout = sinks.first().map_or(LayoutKind::Jobrelay, JobSink::layout);
     let queries = Arc::new(Queries::for_layout(&settings.table, layout));
     let batch = Arc::new(settings.batch.clone());

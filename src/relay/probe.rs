@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sqlx::PgPool;
+use sqlx::{PgPool, Row as _};
 use tokio_util::sync::CancellationToken;
 
 use super::health::{Dependency, Health};
@@ -99,18 +99,39 @@ impl Probe {
     /// One round of checks.
     pub async fn run_once(&mut self) -> Findings {
         let postgres_sent = Instant::now();
+        let postgres = self.postgres().await;
+        let redis_sent = Instant::now();
+        let redis = self.redis_writable().await;
+        Findings {
+            postgres_sent,
+            postgres,
+            redis_sent,
+            redis,
+        }
+    }
+
+    /// Whether Postgres answers as a writable primary, and the table exists.
+    async fn postgres(&self) -> Result<bool> {
+        // Taken apart from the query, so that a server that refuses connections is named for
+        // what it says (`too many connections`), not as a timeout.
+        let mut conn = crate::db::acquire(&self.pool, self.timeout, "postgres probe").await?;
+        // The simple query protocol: one round trip, whatever pooler is in between.
         let check = async {
-            let mut conn = self.pool.acquire().await?;
-            let found = sqlx::query_as::<_, (bool, bool)>(&self.table_sql)
-                .fetch_one(&mut *conn)
-                .await;
-            if matches!(found, Ok((a, b)) if a || b) {
-                // A read-only session stays so: let the pool open a new one next time.
-                let _ = conn.close().await;
-            }
-            found
+            let row = crate::db::simple_query(&mut *conn, &self.table_sql).await?;
+            Ok::<_, sqlx::Error>((row.try_get::<bool, _>(0)?, row.try_get::<bool, _>(1)?))
         };
-        let postgres = match tokio::time::timeout(self.timeout, check).await {
+        let found = tokio::time::timeout(self.timeout, check).await;
+        match found {
+            Ok(Ok((false, false))) => {}
+            Ok(Ok(_)) => {
+                // A read-only session stays so: let the pool open a new one next time.
+                let _ = tokio::time::timeout(self.timeout, conn.close()).await;
+            }
+            // No answer: the session is dropped at once, not handed back to be checked.
+            Err(_) => drop(conn.detach()),
+            Ok(Err(_)) => {}
+        }
+        match found {
             Err(_) => Err(Error::Timeout {
                 what: "postgres probe",
                 after: self.timeout,
@@ -133,14 +154,6 @@ impl Probe {
                     Err(e)
                 }
             }
-        };
-        let redis_sent = Instant::now();
-        let redis = self.redis_writable().await;
-        Findings {
-            postgres_sent,
-            postgres,
-            redis_sent,
-            redis,
         }
     }
 
@@ -206,10 +219,15 @@ pub async fn probe(
                 && last_backlog.is_none_or(|t| t.elapsed() >= BACKLOG_INTERVAL)
             {
                 last_backlog = Some(Instant::now());
-                let sample = tokio::time::timeout(
-                    BACKLOG_INTERVAL,
-                    sqlx::query_as::<_, (i64, f64, i64)>(&backlog_sql).fetch_one(&probe.pool),
-                )
+                let sample = tokio::time::timeout(BACKLOG_INTERVAL, async {
+                    let mut conn = probe.pool.acquire().await?;
+                    let row = crate::db::simple_query(&mut conn, &backlog_sql).await?;
+                    Ok::<_, sqlx::Error>((
+                        row.try_get::<i64, _>(0)?,
+                        row.try_get::<f64, _>(1)?,
+                        row.try_get::<i64, _>(2)?,
+                    ))
+                })
                 .await;
                 if let Ok(Ok((pending, oldest, dead))) = sample {
                     metrics::backlog(pending, oldest, dead);

@@ -3,62 +3,246 @@
 //! The listener only bumps a generation counter in a `watch` channel; a worker notes the
 //! generation before it claims and, once idle, returns at once if it moved meanwhile. So a
 //! notification that arrives while every worker is busy is never lost.
+//!
+//! LISTEN needs a session of its own: notifications reach the server connection that ran
+//! LISTEN, which PgBouncer in transaction mode hands to other clients after each statement.
+//! So the listener proves that notifications reach it before it relies on them: it listens on
+//! a check channel of its own, sends itself a NOTIFY through the relay's pool, and expects it
+//! within [`CHECK_TIMEOUT`]. When its session answers but the notification never comes (a
+//! pooler in transaction mode, or `--listen-url` naming another database), it says so once and
+//! stops: idle workers poll every `--poll-interval`. It repeats the check every
+//! [`CHECK_INTERVAL`] while listening, so a session that stopped answering without being closed
+//! (a primary gone silent, no RST) is noticed and replaced.
 
-use sqlx::postgres::PgListener;
-use sqlx::PgPool;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::{Executor as _, PgPool};
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
+use crate::telemetry::redact;
 
-/// Listens on `channel` until `shutdown`, bumping `wake` on every notification and after every
-/// reconnect (notifications sent while disconnected are lost, so workers should look).
-pub(crate) async fn listen(
-    pool: PgPool,
-    channel: String,
-    wake: watch::Sender<u64>,
-    shutdown: CancellationToken,
-) {
-    let bump = || wake.send_modify(|g| *g = g.wrapping_add(1));
-    let mut backoff = Backoff::transient();
-    while !shutdown.is_cancelled() {
-        let mut listener = match PgListener::connect_with(&pool).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::debug!(error = %e, "notification listener cannot connect");
-                pause(&shutdown, &mut backoff).await;
-                continue;
+/// How often a listening session checks that its own NOTIFY still reaches it.
+pub(crate) const CHECK_INTERVAL: Duration = Duration::from_secs(10);
+/// How long a check waits for its notification (and bound on every other step).
+pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The notification listener of one relay.
+#[derive(Debug, Clone)]
+pub(crate) struct Listener {
+    /// Where it connects (`--listen-url`, else `--database-url`).
+    pub opts: PgConnectOptions,
+    /// The relay's pool, which sends the check notifications (as producers' inserts do).
+    pub notifier: PgPool,
+    /// The outbox table's channel.
+    pub channel: String,
+    /// Bumped on every notification and after every (re)connect.
+    pub wake: watch::Sender<u64>,
+}
+
+/// Why a listening session ended.
+enum Ended {
+    Shutdown,
+    /// Lost or never established; try again after a pause.
+    Lost(String),
+    /// Notifications do not reach a session that answers: give up (workers poll).
+    Unreachable,
+}
+
+impl Listener {
+    fn bump(&self) {
+        self.wake.send_modify(|g| *g = g.wrapping_add(1));
+    }
+
+    /// Listens until `shutdown` (or until notifications prove unreachable), reconnecting
+    /// with backoff; bumps `wake` on every notification and after every reconnect
+    /// (notifications sent while disconnected are lost, so workers should look).
+    pub(crate) async fn run(self, shutdown: CancellationToken) {
+        // Channel names are identifiers of at most 63 bytes: this one needs no quoting.
+        let check = format!("jobrelay_check_{}", uuid::Uuid::new_v4().simple());
+        let mut backoff = Backoff::transient();
+        let mut failing = false;
+        while !shutdown.is_cancelled() {
+            match self.session(&check, &shutdown, &mut failing, &mut backoff).await {
+                Ended::Shutdown => return,
+                Ended::Unreachable => {
+                    tracing::warn!(
+                        channel = self.channel,
+                        "notifications do not reach the listener's session (is --listen-url \
+                         or --database-url PgBouncer in transaction mode, or do they name \
+                         different databases?): idle workers poll every --poll-interval; give \
+                         --listen-url a direct Postgres URL (docs/cli.md#postgres-connections)"
+                    );
+                    return;
+                }
+                Ended::Lost(why) => {
+                    if !failing {
+                        tracing::warn!(error = %redact::scrub(&why), channel = self.channel,
+                            "notification listener lost its session; reconnecting");
+                        failing = true;
+                    } else {
+                        tracing::debug!(error = %redact::scrub(&why),
+                            "notification listener cannot listen");
+                    }
+                    // Whatever was committed meanwhile went unannounced.
+                    self.bump();
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(backoff.next_delay()) => {}
+                    }
+                }
             }
+        }
+    }
+
+    /// One session: connect, prove that notifications arrive, LISTEN, then relay
+    /// notifications and check every [`CHECK_INTERVAL`].
+    async fn session(
+        &self,
+        check: &str,
+        shutdown: &CancellationToken,
+        failing: &mut bool,
+        backoff: &mut Backoff,
+    ) -> Ended {
+        // A pool of one connection per session: a session given up on a frozen socket leaves
+        // its connection to a task that sqlx spawns to UNLISTEN it, which may wait until the
+        // kernel gives up; the next session does not wait for that slot.
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(CHECK_TIMEOUT)
+            .connect_lazy_with(self.opts.clone());
+        let mut listener = match step(shutdown, PgListener::connect_with(&pool)).await {
+            Step::Done(l) => l,
+            Step::Failed(e) => return Ended::Lost(e),
+            Step::Shutdown => return Ended::Shutdown,
         };
-        if let Err(e) = listener.listen(&channel).await {
-            tracing::debug!(error = %e, channel, "LISTEN failed");
-            pause(&shutdown, &mut backoff).await;
-            continue;
+        // On a lost connection, end this session (and start a verified new one).
+        listener.eager_reconnect(false);
+        match step(shutdown, listener.listen(check)).await {
+            Step::Done(()) => {}
+            Step::Failed(e) => return Ended::Lost(e),
+            Step::Shutdown => return Ended::Shutdown,
+        }
+        match self.check(&mut listener, check, shutdown).await {
+            Checked::Heard => {}
+            Checked::NotSent => return Ended::Lost("cannot send the check notification".into()),
+            Checked::Ended(ended) => return ended,
+            Checked::Silent => {
+                // Silent: a dead session, or one that notifications do not reach?
+                return match step(shutdown, listener.execute("SELECT 1")).await {
+                    Step::Done(_) => Ended::Unreachable,
+                    Step::Failed(e) => Ended::Lost(e),
+                    Step::Shutdown => Ended::Shutdown,
+                };
+            }
+        }
+        match step(shutdown, listener.listen(&self.channel)).await {
+            Step::Done(()) => {}
+            Step::Failed(e) => return Ended::Lost(e),
+            Step::Shutdown => return Ended::Shutdown,
+        }
+        if *failing {
+            tracing::info!(channel = self.channel, "notification listener listening again");
+            *failing = false;
         }
         backoff.reset();
-        bump();
+        self.bump();
+        loop {
+            let next_check = Instant::now() + CHECK_INTERVAL;
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ended::Shutdown,
+                    _ = tokio::time::sleep_until(next_check) => break,
+                    n = listener.try_recv() => match n {
+                        Ok(Some(n)) if n.channel() == check => {}
+                        Ok(Some(_)) => self.bump(),
+                        Ok(None) => return Ended::Lost("connection closed".into()),
+                        Err(e) => return Ended::Lost(e.to_string()),
+                    },
+                }
+            }
+            match self.check(&mut listener, check, shutdown).await {
+                // Postgres is down for the pool too: the workers report it; the session is
+                // tested again at the next check.
+                Checked::Heard | Checked::NotSent => {}
+                Checked::Ended(ended) => return ended,
+                Checked::Silent => {
+                    return Ended::Lost(format!(
+                        "the listener's own check notification did not arrive within {}",
+                        humantime::format_duration(CHECK_TIMEOUT)
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Sends a notification on `check` through the relay's pool and waits for it on
+    /// `listener`, bumping `wake` for the channel's notifications meanwhile.
+    async fn check(
+        &self,
+        listener: &mut PgListener,
+        check: &str,
+        shutdown: &CancellationToken,
+    ) -> Checked {
+        // The simple query protocol: one message, whatever pooler is in between.
+        let notify = format!("NOTIFY {check}");
+        match step(shutdown, self.notifier.execute(notify.as_str())).await {
+            Step::Done(_) => {}
+            Step::Failed(e) => {
+                tracing::debug!(error = %redact::scrub(&e), "cannot send the listener's check");
+                return Checked::NotSent;
+            }
+            Step::Shutdown => return Checked::Ended(Ended::Shutdown),
+        }
+        let deadline = Instant::now() + CHECK_TIMEOUT;
         loop {
             tokio::select! {
-                _ = shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => return Checked::Ended(Ended::Shutdown),
+                _ = tokio::time::sleep_until(deadline) => return Checked::Silent,
                 n = listener.try_recv() => match n {
-                    Ok(Some(_)) => bump(),
-                    // Connection lost: try_recv reconnects on the next call.
-                    Ok(None) => bump(),
-                    Err(e) => {
-                        tracing::debug!(error = %e, "notification listener failed");
-                        bump();
-                        pause(&shutdown, &mut backoff).await;
-                        break;
-                    }
+                    Ok(Some(n)) if n.channel() == check => return Checked::Heard,
+                    Ok(Some(_)) => self.bump(),
+                    Ok(None) => return Checked::Ended(Ended::Lost("connection closed".into())),
+                    Err(e) => return Checked::Ended(Ended::Lost(e.to_string())),
                 },
             }
         }
     }
 }
 
-async fn pause(shutdown: &CancellationToken, backoff: &mut Backoff) {
+/// What a check found.
+enum Checked {
+    Heard,
+    /// The notification could not be sent (the pool's server is down).
+    NotSent,
+    /// Sent, never heard within [`CHECK_TIMEOUT`].
+    Silent,
+    Ended(Ended),
+}
+
+enum Step<T> {
+    Done(T),
+    Failed(String),
+    Shutdown,
+}
+
+/// `fut` within [`CHECK_TIMEOUT`], unless `shutdown` fires first.
+async fn step<T>(
+    shutdown: &CancellationToken,
+    fut: impl std::future::Future<Output = sqlx::Result<T>>,
+) -> Step<T> {
     tokio::select! {
-        _ = shutdown.cancelled() => {}
-        _ = tokio::time::sleep(backoff.next_delay()) => {}
+        _ = shutdown.cancelled() => Step::Shutdown,
+        r = tokio::time::timeout(CHECK_TIMEOUT, fut) => match r {
+            Ok(Ok(v)) => Step::Done(v),
+            Ok(Err(e)) => Step::Failed(e.to_string()),
+            Err(_) => Step::Failed(format!(
+                "no answer within {}",
+                humantime::format_duration(CHECK_TIMEOUT)
+            )),
+        },
     }
 }

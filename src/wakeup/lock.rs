@@ -2,21 +2,29 @@
 //!
 //! NOTIFY serialises the commits of concurrent producers (Postgres holds a database-wide lock
 //! from a notifying transaction's commit through its WAL flush). A relay that has just found
-//! work will look again within a millisecond anyway, so it takes the session-level advisory
-//! lock `(27250, hashtext(<channel>))` exclusively (migration 5); the insert trigger fires only
+//! work will look again within a millisecond anyway, so it takes the advisory lock
+//! `(27250, hashtext(<channel>))` exclusively (migration 5); the insert trigger fires only
 //! WHEN its transaction can take that lock shared, so while a relay holds it producers neither
 //! notify nor run any PL/pgSQL, and this task polls the table every [`AWAKE_POLL`] instead.
 //!
-//! When no worker has found rows for [`AWAKE_WINDOW`], the task unlocks, then waits until every
-//! transaction that was running at that moment has ended (snapshot xmin passes a transaction
-//! id taken after unlocking): any producer that skipped its NOTIFY because of the lock has then
-//! committed or aborted. It wakes the workers for one more claim, and from then on the trigger
-//! notifies again. No row waits for the poll interval because of the lock, unless an unrelated
-//! transaction holds the xmin back for longer than [`XMIN_WAIT_LIMIT`].
+//! The lock is transaction-scoped (`pg_advisory_xact_lock`), taken in a transaction that stays
+//! open while the relay is awake, on a connection of its own: it ends with that transaction,
+//! never outlives it on a server connection that a pooler (PgBouncer in transaction mode) hands
+//! to the next client, and its settings (`lock_timeout`, ...) are `SET LOCAL`. The transaction
+//! takes no transaction id and, between polls, holds no snapshot: it does not hold back vacuum.
 //!
-//! A relay that dies releases the lock with its session. One that hangs with its connection
-//! open stops polling, and its session is ended by the server after [`IDLE_SESSION_TIMEOUT`]
-//! (`idle_session_timeout`, Postgres 14 and later); other relays still poll meanwhile.
+//! When no worker has found rows for [`AWAKE_WINDOW`], the task commits (unlocks), then waits
+//! until every transaction that was running at that moment has ended (snapshot xmin passes a
+//! transaction id taken after unlocking): any producer that skipped its NOTIFY because of the
+//! lock has then committed or aborted. It wakes the workers for one more claim, and from then
+//! on the trigger notifies again. No row waits for the poll interval because of the lock,
+//! unless an unrelated transaction holds the xmin back for longer than [`XMIN_WAIT_LIMIT`].
+//!
+//! A relay that dies releases the lock with its transaction. One that hangs with its
+//! connection open stops polling, and the server ends its transaction after
+//! [`IDLE_TIMEOUT`] (`idle_in_transaction_session_timeout`); other relays still poll
+//! meanwhile. Every statement is bounded by [`STATEMENT_LIMIT`] on the client too: a server
+//! that stops answering (a primary gone silent) costs the lock's session, not the task.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,8 +43,10 @@ pub const AWAKE_POLL: Duration = Duration::from_millis(1);
 /// How long the relay waits to take the lock (producers' transactions hold it shared until
 /// they end); it tries again this often while awake.
 pub const LOCK_WAIT: Duration = Duration::from_millis(200);
-/// The server ends the lock's session when it has been idle this long (a hung relay).
-pub const IDLE_SESSION_TIMEOUT: Duration = Duration::from_secs(5);
+/// The server ends the lock's transaction when it has been idle this long (a hung relay).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Client-side bound on each of the lock's statements (and on connecting).
+pub const STATEMENT_LIMIT: Duration = Duration::from_secs(3);
 /// Longest wait for older transactions to end after unlocking.
 pub const XMIN_WAIT_LIMIT: Duration = Duration::from_secs(10);
 /// First key of the wake-up lock ("jr"); the second is `hashtext(<channel>)`.
@@ -105,6 +115,8 @@ pub struct WakeupLock {
     wake: watch::Sender<u64>,
     /// The lock's session, kept from a failed try to the next.
     session: Option<PgConnection>,
+    /// The session is inside the lock's transaction.
+    in_tx: bool,
     held: bool,
     tried_at: Option<Instant>,
     /// While Postgres fails, wait as the workers do instead of polling every millisecond.
@@ -134,6 +146,7 @@ impl WakeupLock {
             activity,
             wake,
             session: None,
+            in_tx: false,
             held: false,
             tried_at: None,
             backoff: crate::backoff::Backoff::transient(),
@@ -158,7 +171,9 @@ impl WakeupLock {
         if self.activity.is_awake() {
             if !self.held && self.tried_at.is_none_or(|t| t.elapsed() >= LOCK_WAIT) {
                 self.tried_at = Some(Instant::now());
-                match try_lock(&self.pool, &mut self.session, &self.channel).await {
+                match try_lock(&self.pool, &mut self.session, &mut self.in_tx, &self.channel)
+                    .await
+                {
                     Ok(true) => {
                         tracing::debug!("wake-up lock taken: producers skip NOTIFY");
                         self.held = true;
@@ -168,7 +183,7 @@ impl WakeupLock {
                     Ok(false) => self.bump(),
                     Err(e) => {
                         tracing::debug!(error = %e, "cannot take the wake-up lock");
-                        self.session = None;
+                        (self.session, self.in_tx) = (None, false);
                     }
                 }
             }
@@ -177,9 +192,9 @@ impl WakeupLock {
                 // Not held (a producer's long transaction, or Postgres failing): producers
                 // notify; nothing to poll until the next try.
                 None => LOCK_WAIT,
-                Some(con) => match sqlx::query_scalar::<_, bool>(&self.ready_sql)
-                    .fetch_one(con)
+                Some(con) => match bounded(crate::db::simple_query(con, &self.ready_sql))
                     .await
+                    .and_then(|row| sqlx::Row::try_get::<bool, _>(&row, 0))
                 {
                     Ok(ready) => {
                         if ready {
@@ -192,7 +207,7 @@ impl WakeupLock {
                         // The session is gone or failing, and its lock with it (or soon): the
                         // workers report the outage; this task keeps out of the way.
                         tracing::debug!(error = %e, "wake-up poll failed");
-                        (self.session, self.held) = (None, false);
+                        (self.session, self.in_tx, self.held) = (None, false, false);
                         self.backoff.next_delay()
                     }
                 },
@@ -200,13 +215,13 @@ impl WakeupLock {
             Next::Pause(pause)
         } else if let Some(con) = self.session.take() {
             // Held, or tried: a try that waited made producers skip NOTIFY meanwhile too.
-            if let Err(e) = unlock_and_settle(con, self.held, &self.channel, shutdown).await {
+            if let Err(e) = unlock_and_settle(con, self.in_tx, shutdown).await {
                 tracing::debug!(error = %e, "wake-up lock release failed");
             }
             // Rows committed by producers that skipped NOTIFY are visible now.
             tracing::debug!("wake-up lock released: producers notify again");
             self.bump();
-            (self.held, self.tried_at) = (false, None);
+            (self.held, self.in_tx, self.tried_at) = (false, false, None);
             Next::Pause(Duration::ZERO)
         } else {
             Next::Idle
@@ -216,9 +231,9 @@ impl WakeupLock {
     /// Closes the lock's session (which releases the lock).
     pub async fn close(&mut self) {
         if let Some(con) = self.session.take() {
-            let _ = con.close().await;
+            let _ = tokio::time::timeout(STATEMENT_LIMIT, con.close()).await;
         }
-        self.held = false;
+        (self.held, self.in_tx) = (false, false);
     }
 }
 
@@ -251,73 +266,109 @@ pub async fn keep_awake(
     lock.close().await;
 }
 
-/// Takes the wake-up lock in `session` (opened from `pool` if `None`); `false` when producers'
-/// transactions held it shared for longer than [`LOCK_WAIT`]. While this waits, producers
-/// cannot take the lock shared either (a waiting exclusive request blocks new shared ones), so
-/// they skip NOTIFY: the relay is awake and polls right after.
+/// `fut` within [`STATEMENT_LIMIT`]; a timeout is an I/O error (the caller drops the session).
+async fn bounded<T>(fut: impl std::future::Future<Output = sqlx::Result<T>>) -> sqlx::Result<T> {
+    tokio::time::timeout(STATEMENT_LIMIT, fut)
+        .await
+        .unwrap_or_else(|_| {
+            Err(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "no answer within {}",
+                    humantime::format_duration(STATEMENT_LIMIT)
+                ),
+            )))
+        })
+}
+
+/// Opens the lock's transaction: `lock_timeout` [`LOCK_WAIT`], `idle_in_transaction_session_timeout`
+/// [`IDLE_TIMEOUT`] and `statement_timeout` [`STATEMENT_LIMIT`], all for this transaction only.
+fn begin_statement() -> String {
+    format!(
+        "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {}; \
+         SET LOCAL statement_timeout = {}",
+        LOCK_WAIT.as_millis(),
+        IDLE_TIMEOUT.as_millis(),
+        STATEMENT_LIMIT.as_millis()
+    )
+}
+
+/// Takes the wake-up lock in `session` (a connection of its own to the pool's server, opened
+/// if `None`), in a transaction opened if `in_tx` is false; `false` when producers'
+/// transactions held it shared for longer than [`LOCK_WAIT`] (the transaction is then rolled
+/// back, the session kept). While this waits, producers cannot take the lock shared either (a
+/// waiting exclusive request blocks new shared ones), so they skip NOTIFY: the relay is awake
+/// and polls right after.
 async fn try_lock(
     pool: &PgPool,
     session: &mut Option<PgConnection>,
+    in_tx: &mut bool,
     channel: &str,
 ) -> sqlx::Result<bool> {
     let con = match session {
         Some(con) => con,
         None => {
-            let mut con = pool.acquire().await?.detach();
-            // idle_session_timeout exists from Postgres 14 on; older servers just lack the
-            // safeguard.
-            let _ = sqlx::query("SELECT set_config('idle_session_timeout', $1, false)")
-                .bind(IDLE_SESSION_TIMEOUT.as_millis().to_string())
-                .execute(&mut con)
-                .await;
-            sqlx::query("SELECT set_config('lock_timeout', $1, false)")
-                .bind(LOCK_WAIT.as_millis().to_string())
-                .execute(&mut con)
-                .await?;
+            // Not from the pool: the lock's session is counted apart (--pg-max-connections).
+            let con = bounded(PgConnection::connect_with(&pool.connect_options())).await?;
             session.insert(con)
         }
     };
-    match sqlx::query("SELECT pg_advisory_lock($1, hashtext($2))")
-        .bind(LOCK_CLASS)
-        .bind(channel)
-        .execute(con)
-        .await
+    if !*in_tx {
+        bounded(sqlx::Executor::execute(&mut *con, begin_statement().as_str())).await?;
+        *in_tx = true;
+    }
+    // Unnamed: a named statement would outlive the transaction on a pooled server connection.
+    match bounded(
+        sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+            .persistent(false)
+            .bind(LOCK_CLASS)
+            .bind(channel)
+            .execute(&mut *con),
+    )
+    .await
     {
         Ok(_) => Ok(true),
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => Ok(false),
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => {
+            bounded(sqlx::Executor::execute(&mut *con, "ROLLBACK")).await?;
+            *in_tx = false;
+            Ok(false)
+        }
         Err(e) => Err(e),
     }
 }
 
-/// Unlocks (if `held`), then waits until every transaction running at that moment has ended:
-/// a producer that skipped its NOTIFY has then committed (its row is visible) or aborted.
+/// Commits the lock's transaction if `in_tx` (which unlocks), then waits until every
+/// transaction running at that moment has ended: a producer that skipped its NOTIFY has then
+/// committed (its row is visible) or aborted. Closes the session.
 async fn unlock_and_settle(
     mut con: PgConnection,
-    held: bool,
-    channel: &str,
+    in_tx: bool,
     shutdown: &CancellationToken,
 ) -> sqlx::Result<()> {
-    if held {
-        sqlx::query("SELECT pg_advisory_unlock($1, hashtext($2))")
-            .bind(LOCK_CLASS)
-            .bind(channel)
-            .execute(&mut con)
-            .await?;
+    use sqlx::Row as _;
+    if in_tx {
+        bounded(sqlx::Executor::execute(&mut con, "COMMIT")).await?;
     }
     // A fresh transaction id: every id below it was assigned before this point. (A snapshot's
     // xmax would not do: it is one past the latest *completed* id, so a producer whose
     // transaction holds the newest id is not below it, and the wait below would pass while
-    // that producer is still open.)
-    let next: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text")
-        .fetch_one(&mut con)
-        .await?;
+    // that producer is still open.) The simple query protocol, with the id written into the
+    // statement: one round trip each, whatever pooler is in between.
+    let next: String = bounded(crate::db::simple_query(
+        &mut con,
+        "SELECT pg_current_xact_id()::text",
+    ))
+    .await?
+    .try_get(0)?;
+    let next: u64 = next.parse().map_err(|_| {
+        sqlx::Error::Protocol(format!("pg_current_xact_id() returned {next:?}"))
+    })?;
+    let passed_sql = format!("SELECT pg_snapshot_xmin(pg_current_snapshot()) >= '{next}'::xid8");
     let started = Instant::now();
     loop {
-        let passed: bool =
-            sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) >= $1::xid8")
-                .bind(&next)
-                .fetch_one(&mut con)
-                .await?;
+        let passed: bool = bounded(crate::db::simple_query(&mut con, &passed_sql))
+            .await?
+            .try_get(0)?;
         if passed || shutdown.is_cancelled() {
             break;
         }
@@ -327,5 +378,5 @@ async fn unlock_and_settle(
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    con.close().await
+    bounded(con.close()).await
 }
