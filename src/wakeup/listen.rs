@@ -5,14 +5,22 @@
 //! notification that arrives while every worker is busy is never lost.
 //!
 //! LISTEN needs a session of its own: notifications reach the server connection that ran
-//! LISTEN, which PgBouncer in transaction mode hands to other clients after each statement.
-//! So the listener proves that notifications reach it before it relies on them: it listens on
-//! a check channel of its own, sends itself a NOTIFY through the relay's pool, and expects it
-//! within [`CHECK_TIMEOUT`]. When its session answers but the notification never comes (a
-//! pooler in transaction mode, or `--listen-url` naming another database), it says so once and
-//! stops: idle workers poll every `--poll-interval`. It repeats the check every
-//! [`CHECK_INTERVAL`] while listening, so a session that stopped answering without being closed
-//! (a primary gone silent, no RST) is noticed and replaced.
+//! LISTEN, which PgBouncer in transaction mode hands to other clients after each transaction,
+//! and those clients then receive the relay's notifications (sqlx fails a query that meets
+//! one). So before it listens, the listener makes sure its connection is a session: it reads
+//! its server process id, has the relay's pool open a transaction and read its own, and reads
+//! its id again. Through a transaction pooler, the pool's transaction is given the server
+//! connection the listener just left (PgBouncer reuses the last one freed), or the listener's
+//! second read lands on another one; a session keeps its server process. Three rounds, and one
+//! change is enough to give up: the listener says so once and stops, and idle workers poll
+//! every `--poll-interval` (give `--listen-url` a direct URL).
+//!
+//! Then it proves that notifications reach it: it listens on a check channel of its own,
+//! sends itself a NOTIFY through the relay's pool, and expects it within [`CHECK_TIMEOUT`]
+//! (when its session answers but the notification never comes, `--listen-url` and
+//! `--database-url` name different databases: it says so once and stops). It repeats the check
+//! every [`CHECK_INTERVAL`] while listening, so a session that stopped answering without being
+//! closed (a primary gone silent, no RST) is noticed and replaced.
 
 use std::time::Duration;
 
@@ -50,6 +58,9 @@ enum Ended {
     Lost(String),
     /// Notifications do not reach a session that answers: give up (workers poll).
     Unreachable,
+    /// The listener's connection is no session of its own (a transaction pooler): give up
+    /// before LISTEN, which would send notifications to other clients.
+    Pooled,
 }
 
 impl Listener {
@@ -68,13 +79,24 @@ impl Listener {
         while !shutdown.is_cancelled() {
             match self.session(&check, &shutdown, &mut failing, &mut backoff).await {
                 Ended::Shutdown => return,
+                Ended::Pooled => {
+                    tracing::warn!(
+                        channel = self.channel,
+                        "no notification listener: its connection is not a session of its own \
+                         (PgBouncer in transaction mode?), and LISTEN there would send \
+                         notifications to other clients; idle workers poll every \
+                         --poll-interval; give --listen-url a direct Postgres URL \
+                         (docs/cli.md#postgres-connections)"
+                    );
+                    return;
+                }
                 Ended::Unreachable => {
                     tracing::warn!(
                         channel = self.channel,
-                        "notifications do not reach the listener's session (is --listen-url \
-                         or --database-url PgBouncer in transaction mode, or do they name \
-                         different databases?): idle workers poll every --poll-interval; give \
-                         --listen-url a direct Postgres URL (docs/cli.md#postgres-connections)"
+                        "no notification listener: notifications sent through --database-url \
+                         do not reach the listener's session (do --listen-url and \
+                         --database-url name different databases?); idle workers poll every \
+                         --poll-interval"
                     );
                     return;
                 }
@@ -121,6 +143,14 @@ impl Listener {
         };
         // On a lost connection, end this session (and start a verified new one).
         listener.eager_reconnect(false);
+        for _ in 0..3 {
+            match self.is_session(&mut listener, shutdown).await {
+                Step::Done(true) => {}
+                Step::Done(false) => return Ended::Pooled,
+                Step::Failed(e) => return Ended::Lost(e),
+                Step::Shutdown => return Ended::Shutdown,
+            }
+        }
         match step(shutdown, listener.listen(check)).await {
             Step::Done(()) => {}
             Step::Failed(e) => return Ended::Lost(e),
@@ -179,6 +209,32 @@ impl Listener {
         }
     }
 
+    /// Whether `listener` keeps its server process while the relay's pool runs a transaction
+    /// (see the module's documentation). Simple queries only.
+    async fn is_session(&self, listener: &mut PgListener, shutdown: &CancellationToken) -> Step<bool> {
+        use sqlx::Row as _;
+        let pid = |row: sqlx::postgres::PgRow| row.try_get::<i32, _>(0);
+        const PID: &str = "SELECT pg_backend_pid()";
+        let first = match step(shutdown, async { pid(listener.fetch_one(PID).await?) }).await {
+            Step::Done(p) => p,
+            other => return other.map(|_| false),
+        };
+        let mut tx = match step(shutdown, self.notifier.begin()).await {
+            Step::Done(tx) => tx,
+            other => return other.map(|_| false),
+        };
+        let other = match step(shutdown, async { pid(tx.fetch_one(PID).await?) }).await {
+            Step::Done(p) => p,
+            o => return o.map(|_| false),
+        };
+        let again = match step(shutdown, async { pid(listener.fetch_one(PID).await?) }).await {
+            Step::Done(p) => p,
+            o => return o.map(|_| false),
+        };
+        let _ = step(shutdown, tx.rollback()).await;
+        Step::Done(other != first && again == first)
+    }
+
     /// Sends a notification on `check` through the relay's pool and waits for it on
     /// `listener`, bumping `wake` for the channel's notifications meanwhile.
     async fn check(
@@ -227,6 +283,17 @@ enum Step<T> {
     Done(T),
     Failed(String),
     Shutdown,
+}
+
+impl<T> Step<T> {
+    /// The same step with its value, if any, replaced.
+    fn map<U>(self, f: impl FnOnce(T) -> U) -> Step<U> {
+        match self {
+            Step::Done(v) => Step::Done(f(v)),
+            Step::Failed(e) => Step::Failed(e),
+            Step::Shutdown => Step::Shutdown,
+        }
+    }
 }
 
 /// `fut` within [`CHECK_TIMEOUT`], unless `shutdown` fires first.

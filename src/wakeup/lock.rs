@@ -138,9 +138,11 @@ impl WakeupLock {
             // The claim's own access path (the primary key, in id order): after a burst the
             // heap is full of dead tuples until vacuum runs, and a sequential scan would read
             // all of them every millisecond, while the index scan skips entries already marked
-            // dead.
+            // dead. `statement_timestamp()`, not `now()`: the poll runs in the lock's
+            // transaction, whose `now()` stays at its start.
             ready_sql: format!(
-                "SELECT EXISTS (SELECT 1 FROM {} WHERE available_at <= now() ORDER BY id LIMIT 1)",
+                "SELECT EXISTS (SELECT 1 FROM {} WHERE available_at <= statement_timestamp() \
+                 ORDER BY id LIMIT 1)",
                 table.pending()
             ),
             activity,

@@ -9,6 +9,7 @@ pub mod child;
 pub mod conveyor;
 pub mod http;
 pub mod pg_server;
+pub mod pgbouncer;
 pub mod proxy;
 pub mod redis_server;
 

@@ -1,6 +1,6 @@
 //! A TCP proxy for fault tests: forwards 127.0.0.1:<port> to an upstream address, and on
-//! command stalls the traffic (accepts, never answers), rejects connections, or cuts the live
-//! ones. It runs on a thread and runtime of its own, so a test that blocks its own runtime (a
+//! command stalls the traffic (accepts, never answers), rejects connections, cuts the live
+//! ones, or blackholes them (frozen for good, never closed). It runs on a thread and runtime of its own, so a test that blocks its own runtime (a
 //! synchronous restart, a long verification) never stalls the proxy by accident.
 
 use std::net::SocketAddr;
@@ -22,6 +22,12 @@ pub enum Mode {
     Stall,
     /// New connections are accepted and closed at once, live ones are cut: a peer that is down.
     Reject,
+    /// Every live connection freezes for good: no byte moves either way and none is closed,
+    /// not even when upstream closes its side, until the proxy is dropped (or cut). New
+    /// connections are accepted and frozen too. A primary gone silent behind a network that
+    /// drops its packets (no RST). Leaving the mode serves new connections; the frozen stay
+    /// frozen.
+    Blackhole,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +35,8 @@ struct State {
     mode: Mode,
     /// Bumped by [`Proxy::cut`]: connections opened before the bump are closed.
     cuts: u64,
+    /// Bumped by [`Proxy::blackhole`]: connections opened before the bump are frozen.
+    blackholes: u64,
     closed: bool,
 }
 
@@ -49,6 +57,7 @@ impl Proxy {
         let (state, rx) = watch::channel(State {
             mode: Mode::Forward,
             cuts: 0,
+            blackholes: 0,
             closed: false,
         });
         let accepted = Arc::new(AtomicU64::new(0));
@@ -83,7 +92,17 @@ impl Proxy {
         self.set_mode(Mode::Stall);
     }
 
-    /// Forwards again; held-back bytes flow on.
+    /// Freezes every connection for good, and every new one until the mode changes (see
+    /// [`Mode::Blackhole`]).
+    #[allow(dead_code)] // not every test binary that includes the helper uses it
+    pub fn blackhole(&self) {
+        self.state.send_modify(|s| {
+            s.mode = Mode::Blackhole;
+            s.blackholes += 1;
+        });
+    }
+
+    /// Forwards again; held-back bytes flow on (frozen connections stay frozen).
     pub fn heal(&self) {
         self.set_mode(Mode::Forward);
     }
@@ -132,7 +151,12 @@ async fn accept_loop(
                     drop(client);
                     continue;
                 }
-                conns.spawn(serve(client, upstream, state.clone(), now.cuts));
+                let birth = Birth {
+                    cuts: now.cuts,
+                    blackholes: now.blackholes,
+                    frozen: now.mode == Mode::Blackhole,
+                };
+                conns.spawn(serve(client, upstream, state.clone(), birth));
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
@@ -141,33 +165,57 @@ async fn accept_loop(
     while conns.join_next().await.is_some() {}
 }
 
-/// Serves one connection until either side closes, or it is cut or rejected.
-async fn serve(client: TcpStream, upstream: SocketAddr, state: watch::Receiver<State>, born: u64) {
+/// What a connection was born into.
+#[derive(Debug, Clone, Copy)]
+struct Birth {
+    cuts: u64,
+    blackholes: u64,
+    /// Accepted while blackholed: frozen from the start.
+    frozen: bool,
+}
+
+/// Serves one connection until either side closes, or it is cut or rejected. A frozen
+/// connection is held open, silent, until it must die.
+async fn serve(
+    mut client: TcpStream,
+    upstream: SocketAddr,
+    state: watch::Receiver<State>,
+    born: Birth,
+) {
     let mut gate = state.clone();
     // A stalled proxy accepts but does not even reach upstream until forwarding resumes.
     if !wait_forward(&mut gate, born).await {
+        if frozen(&state.borrow(), born) {
+            doomed(state, born).await;
+        }
         return;
     }
-    let Ok(server) = TcpStream::connect(upstream).await else {
+    let Ok(mut server) = TcpStream::connect(upstream).await else {
         return;
     };
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
-    let (cr, cw) = client.into_split();
-    let (sr, sw) = server.into_split();
-    tokio::select! {
-        _ = pump(cr, sw, state.clone(), born) => {}
-        _ = pump(sr, cw, state.clone(), born) => {}
-        _ = doomed(state.clone(), born) => {}
+    {
+        let (cr, cw) = client.split();
+        let (sr, sw) = server.split();
+        tokio::select! {
+            _ = pump(cr, sw, state.clone(), born) => {}
+            _ = pump(sr, cw, state.clone(), born) => {}
+            _ = doomed(state.clone(), born) => {}
+        }
+    }
+    if frozen(&state.borrow(), born) {
+        // Neither side learns anything: both sockets stay open until the connection must die.
+        doomed(state, born).await;
     }
 }
 
 /// Copies bytes one way; each chunk read waits for [`Mode::Forward`] before it is written.
 async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut from: tokio::net::tcp::ReadHalf<'_>,
+    mut to: tokio::net::tcp::WriteHalf<'_>,
     mut state: watch::Receiver<State>,
-    born: u64,
+    born: Birth,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -185,15 +233,21 @@ async fn pump(
 }
 
 /// Whether this connection must die: cut, rejected or proxy closed.
-fn dead(s: &State, born: u64) -> bool {
-    s.closed || s.cuts != born || s.mode == Mode::Reject
+fn dead(s: &State, born: Birth) -> bool {
+    s.closed || s.cuts != born.cuts || s.mode == Mode::Reject
 }
 
-/// Waits until the mode is [`Mode::Forward`]; false if the connection must die instead.
-async fn wait_forward(state: &mut watch::Receiver<State>, born: u64) -> bool {
+/// Whether this connection is blackholed for good.
+fn frozen(s: &State, born: Birth) -> bool {
+    born.frozen || s.blackholes != born.blackholes
+}
+
+/// Waits until the mode is [`Mode::Forward`] (and this connection is not frozen); false if
+/// the connection must die, or is frozen, instead.
+async fn wait_forward(state: &mut watch::Receiver<State>, born: Birth) -> bool {
     loop {
         let s = *state.borrow_and_update();
-        if dead(&s, born) {
+        if dead(&s, born) || frozen(&s, born) {
             return false;
         }
         if s.mode == Mode::Forward {
@@ -206,7 +260,7 @@ async fn wait_forward(state: &mut watch::Receiver<State>, born: u64) -> bool {
 }
 
 /// Resolves when the connection must die.
-async fn doomed(mut state: watch::Receiver<State>, born: u64) {
+async fn doomed(mut state: watch::Receiver<State>, born: Birth) {
     loop {
         if dead(&state.borrow_and_update(), born) {
             return;

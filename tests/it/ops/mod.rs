@@ -1,6 +1,7 @@
 //! Operations: `/metrics`, `/healthz`, `/readyz`, logs, secrets, TLS to Postgres and Redis, Redis
 //! ACL users, `jobrelay check`, the least-privilege role, the deploy manifests, the HTTP
-//! listener's limits.
+//! listener's limits, Postgres connections (PgBouncer in both pool modes, the footprint, too
+//! many connections, a primary gone silent).
 //!
 //! The daemon runs as a child process with its HTTP listener on a free port and its JSON logs
 //! in a file. Fault and TLS tests start their own servers and stop only those.
@@ -9,6 +10,7 @@ mod check;
 mod deploy;
 mod http;
 mod metrics;
+mod pgbouncer;
 mod probes;
 mod roles;
 mod secrets;

@@ -1,0 +1,274 @@
+//! The daemon through PgBouncer 1.18 (a private `pgbouncer`, tests/it/common/pgbouncer.rs) with
+//! its defaults (no `ignore_startup_parameters`), in session and in transaction mode: it
+//! connects, relays bursts and single rows with `/readyz` at 200 all along and nothing logged
+//! at WARN or above but what the mode explains; in transaction mode it leaves no named
+//! statement and no setting behind on the server connections that applications share, its
+//! wake-up lock dies with it, and `--listen-url` gives it notifications.
+
+use super::*;
+use crate::common::pgbouncer::{PgBouncer, PoolMode};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions as _, Connection as _, Executor as _, Row as _};
+
+/// The test database's name.
+async fn db_name(pool: &PgPool) -> String {
+    sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Whether a relay holds the wake-up lock of `pending_jobs` in this test's database.
+async fn wakeup_lock_held(pool: &PgPool) -> bool {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks
+                        WHERE locktype = 'advisory' AND granted AND classid = 27250
+                          AND database = (SELECT oid FROM pg_database
+                                          WHERE datname = current_database()))",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Log events at WARN or above whose message does not start with one of `allowed`.
+fn unexpected_warnings(d: &Daemon, allowed: &[&str]) -> Vec<String> {
+    d.events()
+        .into_iter()
+        .filter(|e| e["level"] == "WARN" || e["level"] == "ERROR")
+        .filter(|e| {
+            let m = e["message"].as_str().unwrap_or_default();
+            !allowed.iter().any(|a| m.starts_with(a))
+        })
+        .map(|e| e.to_string())
+        .collect()
+}
+
+/// Waits until `n` more jobs of `queue` are in Redis, asserting `/readyz` 200 all along.
+async fn relayed_while_ready(d: &Daemon, ns: &Namespace, queue: &str, n: usize, within: Duration) {
+    let key = format!("queue:{queue}");
+    let start = Instant::now();
+    loop {
+        let (status, body) = d.get("/readyz").await;
+        assert_eq!(status, 200, "/readyz while relaying {queue}: {body}");
+        if ns.llen(&key).await == n {
+            return;
+        }
+        assert!(
+            start.elapsed() < within,
+            "{n} jobs of {queue} not relayed within {within:?} ({} are); logs:\n{}",
+            ns.llen(&key).await,
+            d.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// An application's connection through `bouncer`: no startup parameter PgBouncer refuses,
+/// simple queries only (it must not trip over what it checks for).
+async fn app_connection(bouncer: &PgBouncer, db: &str) -> sqlx::PgConnection {
+    bouncer
+        .url(db)
+        .parse::<PgConnectOptions>()
+        .unwrap()
+        .extra_float_digits(None)
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("connect through PgBouncer: {e}\n{}", bouncer.log()))
+}
+
+/// What an application's transaction through PgBouncer finds on its server connection: the
+/// settings the relay sets for its own transactions, and the named prepared statements.
+async fn server_connection_state(con: &mut sqlx::PgConnection) -> (String, i64) {
+    let row = con
+        .fetch_one(
+            "SELECT concat_ws(' ', current_setting('statement_timeout'),
+                        current_setting('idle_in_transaction_session_timeout'),
+                        current_setting('lock_timeout'), current_setting('synchronous_commit')),
+                    (SELECT count(*) FROM pg_prepared_statements)",
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[sqlx::test]
+async fn the_test_pgbouncer_refuses_startup_options(pool: PgPool) {
+    // The scenario's premise: with PgBouncer's defaults, a client that sends what sqlx sends
+    // by default (extra_float_digits) or startup options is refused. The relay is not.
+    let bouncer = PgBouncer::start(PoolMode::Transaction, 2);
+    let db = db_name(&pool).await;
+    let e = sqlx::PgConnection::connect(&bouncer.url(&db))
+        .await
+        .expect_err("PgBouncer refuses extra_float_digits");
+    assert!(
+        e.to_string().contains("unsupported startup parameter"),
+        "{e}"
+    );
+    let mut con = app_connection(&bouncer, &db).await;
+    let one: i32 = con.fetch_one("SELECT 1").await.unwrap().get(0);
+    assert_eq!(one, 1);
+}
+
+#[sqlx::test]
+async fn relays_through_pgbouncer_in_session_mode_with_notifications(pool: PgPool) {
+    let bouncer = PgBouncer::start(PoolMode::Session, 10);
+    let db = db_name(&pool).await;
+    let ns = Namespace::new();
+    let mut d = Daemon::start(
+        &["--poll-interval", "30s"],
+        &[
+            ("DATABASE_URL", &bouncer.url(&db)),
+            ("REDIS_URL", &ns.url),
+            ("JOBRELAY_NAMESPACE", &ns.prefix),
+        ],
+    );
+    d.wait_ready(Duration::from_secs(15)).await;
+    for burst in 1..=3 {
+        insert_rows(&pool, 2000, "burst").await;
+        relayed_while_ready(&d, &ns, "burst", burst * 2000, Duration::from_secs(60)).await;
+    }
+    for i in 1..=3 {
+        // Idle again (the wake-up lock released): only a notification wakes it before its
+        // 30 s poll.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        insert_rows(&pool, 1, "single").await;
+        relayed_while_ready(&d, &ns, "single", i, Duration::from_secs(5)).await;
+    }
+    assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
+    let unexpected = unexpected_warnings(&d, &[]);
+    assert!(unexpected.is_empty(), "{unexpected:#?}");
+}
+
+#[sqlx::test]
+async fn relays_through_pgbouncer_in_transaction_mode_and_leaves_nothing_behind(pool: PgPool) {
+    // Few server connections for many clients: the relay's and the application's transactions
+    // take turns on the same ones.
+    let bouncer = PgBouncer::start(PoolMode::Transaction, 3);
+    let db = db_name(&pool).await;
+    let ns = Namespace::new();
+    let mut d = Daemon::start(
+        &["--poll-interval", "200ms"],
+        &[
+            ("DATABASE_URL", &bouncer.url(&db)),
+            ("REDIS_URL", &ns.url),
+            ("JOBRELAY_NAMESPACE", &ns.prefix),
+        ],
+    );
+    d.wait_ready(Duration::from_secs(15)).await;
+
+    // An application sharing the pooler, watching the server connections it is given.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut apps = Vec::new();
+    for _ in 0..3 {
+        let mut con = app_connection(&bouncer, &db).await;
+        let stop = stop.clone();
+        apps.push(tokio::spawn(async move {
+            let mut seen = std::collections::BTreeSet::new();
+            let mut samples = 0;
+            while !stop.is_cancelled() {
+                seen.insert(server_connection_state(&mut con).await);
+                samples += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            (seen, samples)
+        }));
+    }
+
+    let mut lock_seen = false;
+    for burst in 1..=3 {
+        insert_rows(&pool, 2000, "burst").await;
+        let key = "queue:burst";
+        let start = Instant::now();
+        while ns.llen(key).await < burst * 2000 {
+            lock_seen |= wakeup_lock_held(&pool).await;
+            let (status, body) = d.get("/readyz").await;
+            assert_eq!(status, 200, "/readyz while relaying: {body}");
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "burst {burst} not relayed; logs:\n{}",
+                d.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    for i in 1..=3 {
+        insert_rows(&pool, 1, "single").await;
+        relayed_while_ready(&d, &ns, "single", i, Duration::from_secs(5)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    stop.cancel();
+    for app in apps {
+        let (seen, samples) = app.await.unwrap();
+        assert!(samples > 10, "the application ran ({samples} samples)");
+        assert_eq!(
+            seen.into_iter().collect::<Vec<_>>(),
+            vec![("0 0 0 on".to_owned(), 0)],
+            "the application's transactions found only the server's defaults and no prepared \
+             statement (statement_timeout, idle_in_transaction_session_timeout, lock_timeout, \
+             synchronous_commit; pg_prepared_statements)"
+        );
+    }
+    assert!(lock_seen, "the relay took its wake-up lock during the bursts");
+
+    // Killed while it holds the wake-up lock: the lock goes with it.
+    insert_rows(&pool, 20_000, "last").await;
+    wait_until("the wake-up lock is held", Duration::from_secs(10), || {
+        wakeup_lock_held(&pool)
+    })
+    .await;
+    d.child.start_kill().unwrap();
+    let _ = d.child.wait().await;
+    wait_until(
+        "the wake-up lock is released with the killed relay",
+        Duration::from_secs(5),
+        || async { !wakeup_lock_held(&pool).await },
+    )
+    .await;
+
+    let unexpected = unexpected_warnings(
+        &d,
+        &["no notification listener: its connection is not a session of its own"],
+    );
+    assert!(unexpected.is_empty(), "{unexpected:#?}");
+    let said = d
+        .events()
+        .into_iter()
+        .filter(|e| {
+            e["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("no notification listener: its connection is not a session of its own"))
+        })
+        .count();
+    assert_eq!(
+        said,
+        1,
+        "the listener says once that it cannot work through transaction pooling"
+    );
+}
+
+#[sqlx::test]
+async fn in_transaction_mode_a_direct_listen_url_gives_notifications(pool: PgPool) {
+    let bouncer = PgBouncer::start(PoolMode::Transaction, 3);
+    let db = db_name(&pool).await;
+    let direct = database_url_of(&pool).await;
+    let ns = Namespace::new();
+    let mut d = Daemon::start(
+        &["--poll-interval", "30s"],
+        &[
+            ("DATABASE_URL", &bouncer.url(&db)),
+            ("JOBRELAY_LISTEN_URL", &direct),
+            ("REDIS_URL", &ns.url),
+            ("JOBRELAY_NAMESPACE", &ns.prefix),
+        ],
+    );
+    d.wait_ready(Duration::from_secs(15)).await;
+    for i in 1..=3 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        insert_rows(&pool, 1, "single").await;
+        relayed_while_ready(&d, &ns, "single", i, Duration::from_secs(5)).await;
+    }
+    assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
+    let unexpected = unexpected_warnings(&d, &[]);
+    assert!(unexpected.is_empty(), "{unexpected:#?}");
+}
