@@ -7,6 +7,7 @@
 //! in a file. Fault and TLS tests start their own servers and stop only those.
 
 mod check;
+mod connections;
 mod deploy;
 mod http;
 mod metrics;
