@@ -192,11 +192,22 @@ async fn relays_through_pgbouncer_in_transaction_mode_and_leaves_nothing_behind(
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+    // Released (committed) once the relay is idle: its server connection goes back to
+    // PgBouncer, and to the application's next transaction.
+    let idle = || async {
+        wait_until("the wake-up lock is released", Duration::from_secs(10), || async {
+            !wakeup_lock_held(&pool).await
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    idle().await;
     for i in 1..=3 {
         insert_rows(&pool, 1, "single").await;
         relayed_while_ready(&d, &ns, "single", i, Duration::from_secs(5)).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    idle().await;
     stop.cancel();
     for app in apps {
         let (seen, samples) = app.await.unwrap();
