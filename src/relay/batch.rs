@@ -197,7 +197,7 @@ impl<S: JobSink> Batcher<S> {
                 "postgres claim",
                 // Unnamed statements (here and below): a named one would outlive the
                 // transaction on its server connection, which PgBouncer in transaction mode
-                // hands to other clients (docs/guarantees.md#postgres-connections).
+                // hands to other clients (docs/cli.md#postgres-connections).
                 sqlx::query_as(&self.queries.claim)
                     .persistent(false)
                     .bind(self.settings.batch_size as i64)

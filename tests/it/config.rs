@@ -352,3 +352,45 @@ async fn passwords_never_reach_the_output() {
         );
     }
 }
+
+/// `--pg-max-connections` (docs/cli.md#postgres-connections): workers + 3 by default; below
+/// that the wake-up lock, then the listener, give way; fewer than workers + 1 is refused.
+#[test]
+fn pg_max_connections_decides_the_footprint() {
+    use jobrelay::config::PgFootprint;
+    let fp = |args: &[&str]| resolve(args, &[]).unwrap().pg_footprint();
+    let c = resolve(&["--workers", "2"], &[]).unwrap();
+    assert_eq!(c.pg_max_connections, 5);
+    for (n, pool, listener, wakeup_lock) in [
+        ("10", 8, true, true),
+        ("5", 3, true, true),
+        ("4", 3, true, false),
+        ("3", 3, false, false),
+    ] {
+        let got = fp(&["--workers", "2", "--pg-max-connections", n]);
+        let want = PgFootprint {
+            pool,
+            listener,
+            wakeup_lock,
+        };
+        assert_eq!(got, want, "--pg-max-connections {n}");
+        assert_eq!(got.total(), n.parse::<u32>().unwrap().max(3));
+    }
+    assert_eq!(
+        fp(&["--workers", "1", "--pg-max-connections", "2"]),
+        PgFootprint {
+            pool: 2,
+            listener: false,
+            wakeup_lock: false
+        }
+    );
+    let e = resolve(
+        &["--workers", "3"],
+        &[("JOBRELAY_PG_MAX_CONNECTIONS", "3")],
+    )
+    .unwrap_err();
+    assert_eq!(e.culprit, "JOBRELAY_PG_MAX_CONNECTIONS");
+    assert!(e.reason.contains("use at least 4"), "{}", e.reason);
+    let e = resolve(&["--listen-url", "mysql://x"], &[]).unwrap_err();
+    assert_eq!(e.culprit, "--listen-url");
+}
