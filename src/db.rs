@@ -280,17 +280,21 @@ pub async fn schema_version(pool: &PgPool) -> Result<Option<i64>> {
     // The simple query protocol: one round trip, safe through PgBouncer in transaction mode
     // (see [`simple_query`]).
     let mut conn = pool.acquire().await?;
-    let exists: bool = simple_query(&mut conn, "SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
-        .await?
-        .try_get(0)?;
+    let exists: bool = simple_query(
+        &mut conn,
+        "SELECT to_regclass('_sqlx_migrations') IS NOT NULL",
+    )
+    .await?
+    .try_get(0)?;
     if !exists {
         return Ok(None);
     }
-    Ok(
-        simple_query(&mut conn, "SELECT max(version) FROM _sqlx_migrations WHERE success")
-            .await?
-            .try_get(0)?,
+    Ok(simple_query(
+        &mut conn,
+        "SELECT max(version) FROM _sqlx_migrations WHERE success",
     )
+    .await?
+    .try_get(0)?)
 }
 
 /// Runs one parameterless statement with the simple query protocol and returns its first row.

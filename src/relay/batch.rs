@@ -156,7 +156,9 @@ impl<S: JobSink> Batcher<S> {
             self.settings.statement_timeout,
             self.settings.idle_in_transaction_timeout,
         );
-        let mut tx = self.bounded("postgres begin", conn.begin_with(begin)).await?;
+        let mut tx = self
+            .bounded("postgres begin", conn.begin_with(begin))
+            .await?;
         let begun = started.elapsed();
         let mut report = self.claim_push_settle(&mut tx, older_than).await?;
         report.stages.begin = begun;

@@ -117,7 +117,7 @@ impl Probe {
         let mut conn = crate::db::acquire(&self.pool, self.timeout, "postgres probe").await?;
         // The simple query protocol: one round trip, whatever pooler is in between.
         let check = async {
-            let row = crate::db::simple_query(&mut *conn, &self.table_sql).await?;
+            let row = crate::db::simple_query(&mut conn, &self.table_sql).await?;
             Ok::<_, sqlx::Error>((row.try_get::<bool, _>(0)?, row.try_get::<bool, _>(1)?))
         };
         let found = tokio::time::timeout(self.timeout, check).await;

@@ -77,7 +77,10 @@ impl Listener {
         let mut backoff = Backoff::transient();
         let mut failing = false;
         while !shutdown.is_cancelled() {
-            match self.session(&check, &shutdown, &mut failing, &mut backoff).await {
+            match self
+                .session(&check, &shutdown, &mut failing, &mut backoff)
+                .await
+            {
                 Ended::Shutdown => return,
                 Ended::Pooled => {
                     tracing::warn!(
@@ -175,7 +178,10 @@ impl Listener {
             Step::Shutdown => return Ended::Shutdown,
         }
         if *failing {
-            tracing::info!(channel = self.channel, "notification listener listening again");
+            tracing::info!(
+                channel = self.channel,
+                "notification listener listening again"
+            );
             *failing = false;
         }
         backoff.reset();
@@ -211,7 +217,11 @@ impl Listener {
 
     /// Whether `listener` keeps its server process while the relay's pool runs a transaction
     /// (see the module's documentation). Simple queries only.
-    async fn is_session(&self, listener: &mut PgListener, shutdown: &CancellationToken) -> Step<bool> {
+    async fn is_session(
+        &self,
+        listener: &mut PgListener,
+        shutdown: &CancellationToken,
+    ) -> Step<bool> {
         use sqlx::Row as _;
         let pid = |row: sqlx::postgres::PgRow| row.try_get::<i32, _>(0);
         const PID: &str = "SELECT pg_backend_pid()";

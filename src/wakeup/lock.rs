@@ -173,8 +173,13 @@ impl WakeupLock {
         if self.activity.is_awake() {
             if !self.held && self.tried_at.is_none_or(|t| t.elapsed() >= LOCK_WAIT) {
                 self.tried_at = Some(Instant::now());
-                match try_lock(&self.pool, &mut self.session, &mut self.in_tx, &self.channel)
-                    .await
+                match try_lock(
+                    &self.pool,
+                    &mut self.session,
+                    &mut self.in_tx,
+                    &self.channel,
+                )
+                .await
                 {
                     Ok(true) => {
                         tracing::debug!("wake-up lock taken: producers skip NOTIFY");
@@ -316,7 +321,11 @@ async fn try_lock(
         }
     };
     if !*in_tx {
-        bounded(sqlx::Executor::execute(&mut *con, begin_statement().as_str())).await?;
+        bounded(sqlx::Executor::execute(
+            &mut *con,
+            begin_statement().as_str(),
+        ))
+        .await?;
         *in_tx = true;
     }
     // Unnamed: a named statement would outlive the transaction on a pooled server connection.
@@ -362,9 +371,9 @@ async fn unlock_and_settle(
     ))
     .await?
     .try_get(0)?;
-    let next: u64 = next.parse().map_err(|_| {
-        sqlx::Error::Protocol(format!("pg_current_xact_id() returned {next:?}"))
-    })?;
+    let next: u64 = next
+        .parse()
+        .map_err(|_| sqlx::Error::Protocol(format!("pg_current_xact_id() returned {next:?}")))?;
     let passed_sql = format!("SELECT pg_snapshot_xmin(pg_current_snapshot()) >= '{next}'::xid8");
     let started = Instant::now();
     loop {

@@ -384,11 +384,7 @@ fn pg_max_connections_decides_the_footprint() {
             wakeup_lock: false
         }
     );
-    let e = resolve(
-        &["--workers", "3"],
-        &[("JOBRELAY_PG_MAX_CONNECTIONS", "3")],
-    )
-    .unwrap_err();
+    let e = resolve(&["--workers", "3"], &[("JOBRELAY_PG_MAX_CONNECTIONS", "3")]).unwrap_err();
     assert_eq!(e.culprit, "JOBRELAY_PG_MAX_CONNECTIONS");
     assert!(e.reason.contains("use at least 4"), "{}", e.reason);
     let e = resolve(&["--listen-url", "mysql://x"], &[]).unwrap_err();

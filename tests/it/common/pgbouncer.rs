@@ -89,11 +89,7 @@ impl PgBouncer {
             .stderr(Stdio::null())
             .spawn()
             .expect("/usr/sbin/pgbouncer starts (apt-get install pgbouncer)");
-        let bouncer = PgBouncer {
-            port,
-            dir,
-            child,
-        };
+        let bouncer = PgBouncer { port, dir, child };
         let started = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(

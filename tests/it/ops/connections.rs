@@ -166,7 +166,10 @@ async fn too_many_connections_scenario(pool: &PgPool, role: &str) {
         .filter(|e| e["dependency"] == "postgres" && e["reason"].is_string())
         .collect();
     assert_eq!(episodes.len(), 1, "{episodes:#?}");
-    assert_eq!(episodes[0]["reason"], "too many connections", "{episodes:#?}");
+    assert_eq!(
+        episodes[0]["reason"], "too many connections",
+        "{episodes:#?}"
+    );
 
     let (code, stdout, stderr) = run_relay(
         &["check"],
@@ -197,9 +200,11 @@ async fn a_primary_gone_silent_is_noticed_and_survived(pool: PgPool) {
     );
     d.wait_ready(Duration::from_secs(15)).await;
     insert_rows(&pool, 1, "warmup").await;
-    wait_until("the warm-up row is relayed", Duration::from_secs(5), || async {
-        ns.llen("queue:warmup").await == 1
-    })
+    wait_until(
+        "the warm-up row is relayed",
+        Duration::from_secs(5),
+        || async { ns.llen("queue:warmup").await == 1 },
+    )
     .await;
 
     // Producers keep committing (straight to the server) while the relay's server goes
@@ -269,7 +274,11 @@ async fn a_primary_gone_silent_is_noticed_and_survived(pool: PgPool) {
     .await;
     let started = Instant::now();
     assert_eq!(d.terminate(Duration::from_secs(15)).await, Some(0));
-    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
     let outages: Vec<_> = d
         .events()
         .into_iter()
@@ -279,8 +288,7 @@ async fn a_primary_gone_silent_is_noticed_and_survived(pool: PgPool) {
         outages.iter().any(|e| e["reason"] == "timeout"),
         "the outage is logged as a timeout: {outages:#?}"
     );
-    assert!(
-        d.events_with("shutdown timed out: batches in hand roll back (nothing is lost)")
-            .is_empty()
-    );
+    assert!(d
+        .events_with("shutdown timed out: batches in hand roll back (nothing is lost)")
+        .is_empty());
 }

@@ -195,9 +195,11 @@ async fn relays_through_pgbouncer_in_transaction_mode_and_leaves_nothing_behind(
     // Released (committed) once the relay is idle: its server connection goes back to
     // PgBouncer, and to the application's next transaction.
     let idle = || async {
-        wait_until("the wake-up lock is released", Duration::from_secs(10), || async {
-            !wakeup_lock_held(&pool).await
-        })
+        wait_until(
+            "the wake-up lock is released",
+            Duration::from_secs(10),
+            || async { !wakeup_lock_held(&pool).await },
+        )
         .await;
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
@@ -220,7 +222,10 @@ async fn relays_through_pgbouncer_in_transaction_mode_and_leaves_nothing_behind(
              synchronous_commit; pg_prepared_statements)"
         );
     }
-    assert!(lock_seen, "the relay took its wake-up lock during the bursts");
+    assert!(
+        lock_seen,
+        "the relay took its wake-up lock during the bursts"
+    );
 
     // Killed while it holds the wake-up lock: the lock goes with it.
     insert_rows(&pool, 20_000, "last").await;
@@ -246,14 +251,15 @@ async fn relays_through_pgbouncer_in_transaction_mode_and_leaves_nothing_behind(
         .events()
         .into_iter()
         .filter(|e| {
-            e["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("no notification listener: its connection is not a session of its own"))
+            e["message"].as_str().is_some_and(|m| {
+                m.starts_with(
+                    "no notification listener: its connection is not a session of its own",
+                )
+            })
         })
         .count();
     assert_eq!(
-        said,
-        1,
+        said, 1,
         "the listener says once that it cannot work through transaction pooling"
     );
 }
