@@ -4,6 +4,11 @@
 //! - Postgres: a query on the outbox table answers (or says the table is missing), and the
 //!   session could write: not a hot standby, not read-only by default. A read-only Postgres
 //!   answers `SELECT` while it refuses every claim, like a Redis at `maxmemory` answers `PING`.
+//! - Postgres locks: before it touches the table, the probe looks in `pg_locks` for another
+//!   session holding a lock on the outbox (or its dead letters) that blocks the relay's claims
+//!   (`LOCK TABLE ... IN ACCESS EXCLUSIVE MODE`, `ALTER TABLE`, `VACUUM FULL`, `CREATE INDEX`
+//!   without `CONCURRENTLY`), for longer than [`LOCK_REPORT_AFTER`]: a `lock wait` naming the
+//!   holder's pid, not a probe that times out behind it.
 //! - Redis: a write (`SET <ns>jobrelay:probe ... PX`) and `ROLE` = master. A `PING` is not
 //!   enough: a Redis at `maxmemory` (`OOM`) or a read-only replica answers it while it refuses
 //!   every push, and a probe that said "up" would end each outage the workers begin, logging
@@ -16,7 +21,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::health::{Dependency, Health};
-use crate::error::{Error, Reason, Result};
+use crate::error::{Error, LockHolder, Reason, Result};
 use crate::redis::connection::RedisConnection;
 use crate::table::TableName;
 use crate::telemetry::metrics;
@@ -25,6 +30,34 @@ use crate::telemetry::metrics;
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// How often the backlog gauges are sampled.
 pub const BACKLOG_INTERVAL: Duration = Duration::from_secs(5);
+/// A lock that blocks the claims is reported once its holder's transaction has been open
+/// this long: a migration's brief `ALTER TABLE` is not an outage.
+pub const LOCK_REPORT_AFTER: Duration = Duration::from_secs(1);
+/// A transaction (or prepared transaction) that has held the xmin horizon for this long is
+/// logged, once per episode, at WARN (docs/metrics.md#the-xmin-horizon): longer than any
+/// transaction of the relay's own (bounded by its idle-in-transaction timeout) or of a healthy
+/// OLTP application.
+pub const HORIZON_WARN_AFTER: Duration = Duration::from_secs(60);
+
+/// Who holds the xmin horizon of the outbox's database back: the oldest snapshot or
+/// transaction id that vacuum must keep dead rows for. Until it moves on, no row the relay
+/// deleted since can be removed, and claims walk over more and more of them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Horizon {
+    /// `transaction`, `prepared transaction`, `standby feedback` or `replication slot`.
+    pub kind: String,
+    /// Its backend's pid (a prepared transaction has none; a slot, while a client uses it).
+    pub pid: Option<i32>,
+    /// How long its transaction has been open (prepared), in seconds; `None` for a slot or a
+    /// standby, and for another role's sessions unless the relay's role may read their
+    /// statistics (`pg_read_all_stats`).
+    pub seconds: Option<f64>,
+    /// How many transaction ids old the horizon it holds is.
+    pub xids: i64,
+    /// What else identifies it: state and application name, a prepared transaction's gid, a
+    /// slot's name.
+    pub detail: String,
+}
 
 /// What one round of checks found.
 #[derive(Debug)]
@@ -66,9 +99,56 @@ pub struct Probe {
     redis: redis::Client,
     con: Option<RedisConnection>,
     table_sql: String,
+    /// The outbox and its dead letters, quoted (the lock check's `$1`, `$2`).
+    tables: (String, String),
     probe_key: String,
     timeout: Duration,
 }
+
+/// Another session's granted lock on `$1` or `$2` that conflicts with the claims' `ROW
+/// EXCLUSIVE` (and the probe's `ACCESS SHARE`), held by a transaction open for at least `$3`
+/// seconds (or of unknown age: a prepared transaction, or a role whose statistics the
+/// relay's may not read). Touches neither table, so it never waits for the lock itself.
+const LOCK_SQL: &str = "
+    SELECT l.relation::regclass::text, l.pid, l.mode,
+           EXTRACT(EPOCH FROM now() - a.xact_start)::float8, a.state
+    FROM pg_locks l
+    LEFT JOIN LATERAL pg_stat_get_activity(l.pid) a ON l.pid IS NOT NULL
+    WHERE l.locktype = 'relation' AND l.granted
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.relation IN (to_regclass($1), to_regclass($2))
+      AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+      AND l.pid IS DISTINCT FROM pg_backend_pid()
+      AND (a.xact_start IS NULL OR a.xact_start <= now() - $3 * interval '1 second')
+    ORDER BY a.xact_start NULLS FIRST
+    LIMIT 1";
+
+/// The oldest of what holds the database's xmin horizon back (see [`Horizon`]): sessions of
+/// this database with a snapshot (`backend_xmin`) and standbys reporting theirs
+/// (`hot_standby_feedback`), prepared transactions, replication slots.
+const HORIZON_SQL: &str = "
+    SELECT kind, pid, seconds, xids, detail FROM (
+        SELECT CASE WHEN backend_type = 'walsender' THEN 'standby feedback'
+                    ELSE 'transaction' END AS kind,
+               pid, EXTRACT(EPOCH FROM now() - xact_start)::float8 AS seconds,
+               age(backend_xmin)::int8 AS xids,
+               concat_ws(', ', state, 'application_name=' || quote_literal(application_name),
+                         'user=' || usename) AS detail
+        FROM pg_stat_activity
+        WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+          AND backend_type <> 'autovacuum worker'
+          AND (datname = current_database() OR backend_type = 'walsender')
+        UNION ALL
+        SELECT 'prepared transaction', NULL, EXTRACT(EPOCH FROM now() - prepared)::float8,
+               age(transaction)::int8, 'gid=' || quote_literal(gid)
+        FROM pg_prepared_xacts WHERE database = current_database()
+        UNION ALL
+        SELECT 'replication slot', active_pid, NULL, age(xmin)::int8,
+               'slot_name=' || quote_literal(slot_name)
+        FROM pg_replication_slots WHERE xmin IS NOT NULL
+    ) h
+    ORDER BY xids DESC, seconds DESC NULLS LAST
+    LIMIT 1";
 
 impl Probe {
     /// A probe of `table` on `pool` and of Redis through `redis`, writing its key under
@@ -91,6 +171,7 @@ impl Probe {
                  FROM (SELECT 1 FROM {} LIMIT 0) AS present RIGHT JOIN (SELECT 1) AS one ON true",
                 table.pending()
             ),
+            tables: (table.pending(), table.dead()),
             probe_key: format!("{namespace}jobrelay:probe"),
             timeout,
         }
@@ -101,6 +182,9 @@ impl Probe {
         let postgres_sent = Instant::now();
         let check = async {
             let mut conn = self.pool.acquire().await?;
+            if let Some(holder) = lock_holder(&mut conn, &self.tables).await? {
+                return Ok(Err(holder));
+            }
             let found = sqlx::query_as::<_, (bool, bool)>(&self.table_sql)
                 .fetch_one(&mut *conn)
                 .await;
@@ -108,15 +192,13 @@ impl Probe {
                 // A read-only session stays so: let the pool open a new one next time.
                 let _ = conn.close().await;
             }
-            found
+            found.map(Ok)
         };
         let postgres = match tokio::time::timeout(self.timeout, check).await {
-            Err(_) => Err(Error::Timeout {
-                what: "postgres probe",
-                after: self.timeout,
-            }),
-            Ok(Ok((false, false))) => Ok(true),
-            Ok(Ok((standby, _))) => Err(Error::NotWritable {
+            Err(_) => Err(self.timed_out().await),
+            Ok(Ok(Err(holder))) => Err(Error::Locked(holder)),
+            Ok(Ok(Ok((false, false)))) => Ok(true),
+            Ok(Ok(Ok((standby, _)))) => Err(Error::NotWritable {
                 dependency: Dependency::Postgres,
                 reason: Reason::ReadOnly,
                 detail: if standby {
@@ -144,6 +226,46 @@ impl Probe {
         }
     }
 
+    /// The Postgres check timed out: a lock taken between the lock check and the query, or a
+    /// server that does not answer. Looks again on another connection, if the pool has one
+    /// idle, for a lock to name.
+    async fn timed_out(&self) -> Error {
+        let timeout = Error::Timeout {
+            what: "postgres probe",
+            after: self.timeout,
+        };
+        let Some(mut conn) = self.pool.try_acquire() else {
+            return timeout;
+        };
+        match tokio::time::timeout(self.timeout, lock_holder(&mut conn, &self.tables)).await {
+            Ok(Ok(Some(holder))) => Error::Locked(holder),
+            _ => timeout,
+        }
+    }
+
+    /// The oldest of what holds the database's xmin horizon back, if anything does.
+    pub async fn horizon(&self) -> Result<Option<Horizon>> {
+        let found = tokio::time::timeout(
+            self.timeout.max(BACKLOG_INTERVAL),
+            sqlx::query_as::<_, (String, Option<i32>, Option<f64>, i64, Option<String>)>(
+                HORIZON_SQL,
+            )
+            .fetch_optional(&self.pool),
+        )
+        .await
+        .map_err(|_| Error::Timeout {
+            what: "postgres horizon check",
+            after: self.timeout.max(BACKLOG_INTERVAL),
+        })??;
+        Ok(found.map(|(kind, pid, seconds, xids, detail)| Horizon {
+            kind,
+            pid,
+            seconds,
+            xids,
+            detail: detail.unwrap_or_default(),
+        }))
+    }
+
     async fn redis_writable(&mut self) -> Result<()> {
         let timeout = self.timeout;
         let timed_out = || Error::Timeout {
@@ -166,6 +288,29 @@ impl Probe {
             .map_err(|_| timed_out())?
             .map_err(Error::Redis)
     }
+}
+
+/// Another session's lock on the outbox (or its dead letters) that blocks the claims, held by
+/// a transaction open for at least [`LOCK_REPORT_AFTER`] (see [`LOCK_SQL`]).
+async fn lock_holder(
+    conn: &mut sqlx::PgConnection,
+    (pending, dead): &(String, String),
+) -> sqlx::Result<Option<LockHolder>> {
+    let found = sqlx::query_as::<_, (String, Option<i32>, String, Option<f64>, Option<String>)>(
+        LOCK_SQL,
+    )
+    .bind(pending)
+    .bind(dead)
+    .bind(LOCK_REPORT_AFTER.as_secs_f64())
+    .fetch_optional(conn)
+    .await?;
+    Ok(found.map(|(table, pid, mode, seconds, state)| LockHolder {
+        table,
+        pid,
+        mode,
+        seconds,
+        state,
+    }))
 }
 
 /// Whether the error says the relation itself is missing (not the schema or the database,
@@ -191,6 +336,7 @@ pub async fn probe(
         d = table.dead()
     );
     let mut last_backlog: Option<Instant> = None;
+    let mut horizon = HorizonWatch::default();
     let mut ticker = tokio::time::interval(PROBE_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -214,11 +360,50 @@ pub async fn probe(
                 if let Ok(Ok((pending, oldest, dead))) = sample {
                     metrics::backlog(pending, oldest, dead);
                 }
+                match probe.horizon().await {
+                    Ok(found) => horizon.saw(found.as_ref()),
+                    Err(e) => tracing::debug!(error = %crate::telemetry::redact::scrub(&e.to_string()),
+                        "could not look at the xmin horizon"),
+                }
             }
         };
         tokio::select! {
             _ = shutdown.cancelled() => return,
             () = round => {}
+        }
+    }
+}
+
+/// The xmin horizon as an episode: a WARN when a transaction has held it for
+/// [`HORIZON_WARN_AFTER`], an INFO when it moved on; the gauges at every sample.
+#[derive(Debug, Default)]
+pub struct HorizonWatch {
+    /// The holder warned about, while the episode lasts.
+    held: Option<Horizon>,
+}
+
+impl HorizonWatch {
+    /// Records one sample (`None`: nothing holds the horizon back).
+    pub fn saw(&mut self, found: Option<&Horizon>) {
+        let seconds = found.and_then(|h| h.seconds).unwrap_or(0.0).max(0.0);
+        metrics::xmin_horizon(seconds, found.map_or(0, |h| h.xids));
+        let over = found.filter(|_| seconds >= HORIZON_WARN_AFTER.as_secs_f64());
+        match (over, &self.held) {
+            (Some(h), None) => {
+                let pid = h.pid.map(|p| p.to_string()).unwrap_or_default();
+                tracing::warn!(kind = %h.kind, pid = %pid, age_seconds = seconds.round(),
+                    xids = h.xids, detail = %h.detail,
+                    threshold_seconds = HORIZON_WARN_AFTER.as_secs(),
+                    "a {} (pid {}) open for {:.0}s holds the xmin horizon: no row deleted since can be \
+                     vacuumed, and claims slow down as dead rows pile up; end it (pg_terminate_backend) \
+                     if it should not be running", h.kind, if pid.is_empty() { "none" } else { &pid }, seconds);
+                self.held = Some(h.clone());
+            }
+            (None, Some(was)) => {
+                tracing::info!(kind = %was.kind, pid = ?was.pid, "the xmin horizon moved on");
+                self.held = None;
+            }
+            _ => {}
         }
     }
 }
