@@ -9,6 +9,7 @@ mod check;
 mod deploy;
 mod http;
 mod metrics;
+mod postgres_states;
 mod probes;
 mod roles;
 mod secrets;
