@@ -106,9 +106,9 @@ pub struct Probe {
 }
 
 /// Another session's granted lock on `$1` or `$2` that conflicts with the claims' `ROW
-/// EXCLUSIVE` (and the probe's `ACCESS SHARE`), held by a transaction open for at least `$3`
-/// seconds (or of unknown age: a prepared transaction, or a role whose statistics the
-/// relay's may not read). Touches neither table, so it never waits for the lock itself.
+/// EXCLUSIVE` (and the probe's `ACCESS SHARE`), the oldest transaction's first; its age is
+/// unknown for a prepared transaction, or a role whose statistics the relay's may not read.
+/// Touches neither table, so it never waits for the lock itself.
 const LOCK_SQL: &str = "
     SELECT l.relation::regclass::text, l.pid, l.mode,
            EXTRACT(EPOCH FROM now() - a.xact_start)::float8, a.state
@@ -119,7 +119,6 @@ const LOCK_SQL: &str = "
       AND l.relation IN (to_regclass($1), to_regclass($2))
       AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
       AND l.pid IS DISTINCT FROM pg_backend_pid()
-      AND (a.xact_start IS NULL OR a.xact_start <= now() - $3 * interval '1 second')
     ORDER BY a.xact_start NULLS FIRST
     LIMIT 1";
 
@@ -183,6 +182,15 @@ impl Probe {
         let check = async {
             let mut conn = self.pool.acquire().await?;
             if let Some(holder) = lock_holder(&mut conn, &self.tables).await? {
+                // Not past the lock: the query below would wait behind it. A lock younger
+                // than LOCK_REPORT_AFTER (a migration's brief ALTER TABLE) is no outage, and
+                // the table it locks exists.
+                if holder
+                    .seconds
+                    .is_some_and(|s| s < LOCK_REPORT_AFTER.as_secs_f64())
+                {
+                    return Ok(Ok((false, false)));
+                }
                 return Ok(Err(holder));
             }
             let found = sqlx::query_as::<_, (bool, bool)>(&self.table_sql)
@@ -238,7 +246,9 @@ impl Probe {
             return timeout;
         };
         match tokio::time::timeout(self.timeout, lock_holder(&mut conn, &self.tables)).await {
-            Ok(Ok(Some(holder))) => Error::Locked(holder),
+            Ok(Ok(Some(holder))) if holder.seconds.is_none_or(|s| s >= 0.5) => {
+                Error::Locked(holder)
+            }
             _ => timeout,
         }
     }
@@ -290,8 +300,8 @@ impl Probe {
     }
 }
 
-/// Another session's lock on the outbox (or its dead letters) that blocks the claims, held by
-/// a transaction open for at least [`LOCK_REPORT_AFTER`] (see [`LOCK_SQL`]).
+/// Another session's lock on the outbox (or its dead letters) that blocks the claims (see
+/// [`LOCK_SQL`]).
 async fn lock_holder(
     conn: &mut sqlx::PgConnection,
     (pending, dead): &(String, String),
@@ -301,7 +311,6 @@ async fn lock_holder(
     )
     .bind(pending)
     .bind(dead)
-    .bind(LOCK_REPORT_AFTER.as_secs_f64())
     .fetch_optional(conn)
     .await?;
     Ok(found.map(|(table, pid, mode, seconds, state)| LockHolder {
