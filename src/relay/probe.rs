@@ -253,6 +253,55 @@ impl Probe {
         }
     }
 
+    /// Whether Postgres has room for new rows in the outbox's tablespace: `jobrelay check`
+    /// makes a temporary table there and writes one row, which extends a file (a page of
+    /// its own), then rolls back. A read, or a write into a page with room left, would
+    /// succeed on a full disk. `Ok(false)`: could not tell (the role may not create a table in
+    /// that tablespace).
+    pub async fn room_for_rows(&self) -> Result<bool> {
+        let check = async {
+            let mut tx = self.pool.begin().await?;
+            let tablespace: Option<String> = sqlx::query_scalar(
+                "SELECT quote_ident(spcname) FROM pg_tablespace
+                 WHERE oid = (SELECT CASE reltablespace WHEN 0 THEN
+                                         (SELECT dattablespace FROM pg_database
+                                          WHERE datname = current_database())
+                                     ELSE reltablespace END
+                              FROM pg_class WHERE oid = to_regclass($1))",
+            )
+            .bind(&self.tables.0)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(tablespace) = tablespace else {
+                return Ok(false);
+            };
+            let made = sqlx::query(&format!(
+                "CREATE TEMPORARY TABLE jobrelay_check_room (b int) ON COMMIT DROP \
+                 TABLESPACE {tablespace}"
+            ))
+            .execute(&mut *tx)
+            .await;
+            match made {
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42501") => {
+                    return Ok(false)
+                }
+                made => made?,
+            };
+            sqlx::query("INSERT INTO jobrelay_check_room VALUES (1)")
+                .execute(&mut *tx)
+                .await?;
+            tx.rollback().await?;
+            Ok::<_, sqlx::Error>(true)
+        };
+        tokio::time::timeout(self.timeout.max(BACKLOG_INTERVAL), check)
+            .await
+            .map_err(|_| Error::Timeout {
+                what: "postgres room check",
+                after: self.timeout.max(BACKLOG_INTERVAL),
+            })?
+            .map_err(Error::Database)
+    }
+
     /// The oldest of what holds the database's xmin horizon back, if anything does.
     pub async fn horizon(&self) -> Result<Option<Horizon>> {
         let found = tokio::time::timeout(

@@ -208,6 +208,17 @@ async fn a_full_tablespace_never_rolls_back_an_acknowledged_push() {
         body.contains("postgres: disk full (") && body.contains("No space left on device"),
         "{body}"
     );
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("REDIS_URL", ns.url.as_str()),
+        ("JOBRELAY_NAMESPACE", ns.prefix.as_str()),
+    ];
+    let (code, out, err) = run_relay(&["check"], &env).await;
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(
+        out.contains("postgres: disk full: ") && out.contains("could not extend file"),
+        "{out}"
+    );
     // Every acknowledged job once, and only the refused row left, untouched.
     let got = queue_uuids(&ns, "queue:default").await;
     let distinct: HashSet<String> = got.iter().cloned().collect();
@@ -240,6 +251,8 @@ async fn a_full_tablespace_never_rolls_back_an_acknowledged_push() {
     )
     .await;
     d.wait_ready(Duration::from_secs(10)).await;
+    let (code, out, err) = run_relay(&["check"], &env).await;
+    assert_eq!(code, 0, "{out}\n{err}");
     let _: () = redis::cmd("DEL")
         .arg(ns.key("queue:poison"))
         .query_async(&mut con)
