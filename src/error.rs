@@ -293,9 +293,7 @@ impl Error {
     /// The dependency this error came from, if any.
     pub fn dependency(&self) -> Option<Dependency> {
         match self {
-            Error::Database(_) | Error::Migrate(_) | Error::Locked(_) => {
-                Some(Dependency::Postgres)
-            }
+            Error::Database(_) | Error::Migrate(_) | Error::Locked(_) => Some(Dependency::Postgres),
             Error::Redis(_) | Error::Refused { .. } | Error::Unacknowledged { .. } => {
                 Some(Dependency::Redis)
             }

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
-pub use crate::error::Dependency;
 use super::report::Interruption;
+pub use crate::error::Dependency;
 use crate::error::{Error, Reason};
 use crate::table::TableName;
 use crate::telemetry::{metrics, redact};
@@ -504,10 +504,18 @@ mod tests {
         let h = Health::default();
         let pg = Dependency::Postgres;
         h.ok(pg);
-        h.failed_at(pg, later(), Reason::LockWait, &"pending_jobs locked by pid 42");
+        h.failed_at(
+            pg,
+            later(),
+            Reason::LockWait,
+            &"pending_jobs locked by pid 42",
+        );
         h.failed_at(pg, later(), Reason::Timeout, &"postgres claim timed out");
         let why = h.readiness().unwrap_err();
-        assert_eq!(why[0], "postgres: lock wait (pending_jobs locked by pid 42)");
+        assert_eq!(
+            why[0],
+            "postgres: lock wait (pending_jobs locked by pid 42)"
+        );
         h.ok_at(pg, later());
         assert!(h.is_up(pg));
     }

@@ -355,13 +355,12 @@ async fn lock_holder(
     conn: &mut sqlx::PgConnection,
     (pending, dead): &(String, String),
 ) -> sqlx::Result<Option<LockHolder>> {
-    let found = sqlx::query_as::<_, (String, Option<i32>, String, Option<f64>, Option<String>)>(
-        LOCK_SQL,
-    )
-    .bind(pending)
-    .bind(dead)
-    .fetch_optional(conn)
-    .await?;
+    let found =
+        sqlx::query_as::<_, (String, Option<i32>, String, Option<f64>, Option<String>)>(LOCK_SQL)
+            .bind(pending)
+            .bind(dead)
+            .fetch_optional(conn)
+            .await?;
     Ok(found.map(|(table, pid, mode, seconds, state)| LockHolder {
         table,
         pid,
@@ -420,8 +419,10 @@ pub async fn probe(
                 }
                 match probe.horizon().await {
                     Ok(found) => horizon.saw(found.as_ref()),
-                    Err(e) => tracing::debug!(error = %crate::telemetry::redact::scrub(&e.to_string()),
-                        "could not look at the xmin horizon"),
+                    Err(e) => {
+                        tracing::debug!(error = %crate::telemetry::redact::scrub(&e.to_string()),
+                        "could not look at the xmin horizon")
+                    }
                 }
             }
         };

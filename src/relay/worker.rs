@@ -77,7 +77,10 @@ pub(crate) async fn work<S: JobSink>(
                     // (kept): an outage like any other for the rows behind.
                     health.failed_at(cut.dependency, started, cut.reason, cut);
                 }
-                let stuck = report.unsettled.as_ref().filter(|_| report.delivered() == 0);
+                let stuck = report
+                    .unsettled
+                    .as_ref()
+                    .filter(|_| report.delivered() == 0);
                 if let Some(cut) = report.interrupted.as_ref().or(stuck) {
                     let delay = backoff.next_delay();
                     tracing::debug!(error = %cut, kept = report.kept, retry_in = ?delay,

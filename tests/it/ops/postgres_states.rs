@@ -24,12 +24,22 @@ impl Tmpfs {
             .tempdir()
             .unwrap();
         let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
             .arg(dir.path())
             .status()
             .unwrap()
             .success();
-        assert!(ok, "mount -t tmpfs on {} (needs root)", dir.path().display());
+        assert!(
+            ok,
+            "mount -t tmpfs on {} (needs root)",
+            dir.path().display()
+        );
         let ok = Command::new("chown")
             .arg("postgres:postgres")
             .arg(dir.path())
@@ -62,8 +72,7 @@ impl FullDisk {
     fn start() -> FullDisk {
         let tmpfs = Tmpfs::mount("8m");
         let pg = PgServer::start_trusted("-c autovacuum=off");
-        FullDisk { pg, _tmpfs: tmpfs }
-            .with_tablespace()
+        FullDisk { pg, _tmpfs: tmpfs }.with_tablespace()
     }
 
     fn with_tablespace(self) -> FullDisk {
@@ -169,9 +178,7 @@ async fn a_full_tablespace_never_rolls_back_an_acknowledged_push() {
             ("RUST_LOG", "info,jobrelay=debug"),
         ],
     );
-    let refusals = || {
-        with_message(&d.events(), "jobs refused by redis; kept for retry").len()
-    };
+    let refusals = || with_message(&d.events(), "jobs refused by redis; kept for retry").len();
     wait_until(
         "the refused job tried twice on the full disk",
         Duration::from_secs(60),
@@ -234,7 +241,11 @@ async fn a_full_tablespace_never_rolls_back_an_acknowledged_push() {
         .fetch_all(&pool)
         .await
         .unwrap();
-    assert_eq!(left, [("poison".to_owned(), 0)], "the refused row is pending, as it was");
+    assert_eq!(
+        left,
+        [("poison".to_owned(), 0)],
+        "the refused row is pending, as it was"
+    );
 
     sqlx::query("COMMIT").execute(&mut report).await.unwrap();
     disk.free();
@@ -258,9 +269,11 @@ async fn a_full_tablespace_never_rolls_back_an_acknowledged_push() {
         .query_async(&mut con)
         .await
         .unwrap();
-    wait_until("the refused job relayed", Duration::from_secs(60), || async {
-        pending_count(&pool).await == 0
-    })
+    wait_until(
+        "the refused job relayed",
+        Duration::from_secs(60),
+        || async { pending_count(&pool).await == 0 },
+    )
     .await;
     assert_eq!(ns.llen("queue:poison").await, 1);
     assert_eq!(queue_uuids(&ns, "queue:default").await.len(), GOOD);
@@ -306,10 +319,14 @@ async fn a_lock_held_on_the_outbox_is_a_lock_wait_naming_its_holder(pool: PgPool
         .unwrap();
     let locked = Instant::now();
     let named = format!("pid {pid} (AccessExclusiveLock");
-    wait_until("/readyz names the lock", Duration::from_secs(10), || async {
-        let (status, body) = d.get("/readyz").await;
-        status == 503 && body.contains("postgres: lock wait (") && body.contains(&named)
-    })
+    wait_until(
+        "/readyz names the lock",
+        Duration::from_secs(10),
+        || async {
+            let (status, body) = d.get("/readyz").await;
+            status == 503 && body.contains("postgres: lock wait (") && body.contains(&named)
+        },
+    )
     .await;
     let (code, out, err) = run_relay(&["check"], &env).await;
     assert_eq!(code, 1, "{out}\n{err}");
@@ -327,9 +344,11 @@ async fn a_lock_held_on_the_outbox_is_a_lock_wait_naming_its_holder(pool: PgPool
     sqlx::query("COMMIT").execute(&mut migration).await.unwrap();
     d.wait_ready(Duration::from_secs(10)).await;
     insert_rows(&pool, 100, "default").await;
-    wait_until("rows relayed after the lock", Duration::from_secs(30), || async {
-        pending_count(&pool).await == 0
-    })
+    wait_until(
+        "rows relayed after the lock",
+        Duration::from_secs(30),
+        || async { pending_count(&pool).await == 0 },
+    )
     .await;
     assert_eq!(ns.llen("queue:default").await, 100);
 
@@ -379,21 +398,27 @@ async fn a_transaction_holding_the_xmin_horizon_is_named_once(pool: PgPool) {
             .try_get("jobrelay_xmin_horizon_age_seconds")
             .unwrap_or(0.0)
     };
-    wait_until("the gauge shows the held horizon", Duration::from_secs(15), || async {
-        age().await >= 1.0
-    })
+    wait_until(
+        "the gauge shows the held horizon",
+        Duration::from_secs(15),
+        || async { age().await >= 1.0 },
+    )
     .await;
     let warning = "a transaction (pid ".to_owned() + &pid.to_string() + ") open for";
     let warned = || {
         d.events()
             .into_iter()
-            .filter(|e| e["level"] == "WARN" && e["message"].as_str().unwrap().starts_with(&warning))
+            .filter(|e| {
+                e["level"] == "WARN" && e["message"].as_str().unwrap().starts_with(&warning)
+            })
             .collect::<Vec<_>>()
     };
     assert!(warned().is_empty(), "warned before the threshold");
-    wait_until("the WARN naming the holder", Duration::from_secs(90), || async {
-        !warned().is_empty()
-    })
+    wait_until(
+        "the WARN naming the holder",
+        Duration::from_secs(90),
+        || async { !warned().is_empty() },
+    )
     .await;
     assert!(opened.elapsed() >= HORIZON_WARN_AFTER);
     let w = &warned()[0];
