@@ -323,8 +323,7 @@ impl<S: JobSink> Batcher<S> {
 
     /// Turns claimed rows into jobs, in `id` order. Rows that can never become a job are
     /// failed permanently; rows the claim itself dead-lettered (over `--max-job-size`) are
-    /// only counted.
-    /// Also returns how many rows the claim buried (moved to the dead letters).
+    /// only counted, and their number returned last.
     fn decode(
         &self,
         mut claimed: Vec<ClaimedRow>,

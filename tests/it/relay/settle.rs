@@ -135,11 +135,17 @@ async fn a_failed_hand_back_keeps_the_refused_row_and_settles_the_rest(pool: PgP
     .unwrap();
 
     let b = batcher(&pool, &ns, TTL, N).await;
-    let r = b.run_once(None).await.expect("the acknowledged rows settle");
+    let r = b
+        .run_once(None)
+        .await
+        .expect("the acknowledged rows settle");
     assert_eq!(r.claimed, N as u64, "{r}");
     assert_eq!(r.outcome(Outcome::Queued), (N - 1) as u64, "{r}");
     assert_eq!((r.refused, r.kept, r.handed_back), (1, 1, 0), "{r:?}");
-    let cut = r.unsettled.as_ref().expect("the hand-back failure is reported");
+    let cut = r
+        .unsettled
+        .as_ref()
+        .expect("the hand-back failure is reported");
     assert_eq!(cut.dependency, jobrelay::error::Dependency::Postgres);
     assert!(cut.error.contains("no_hand_back"), "{}", cut.error);
     assert!(r.interrupted.is_none());
@@ -166,5 +172,9 @@ async fn a_failed_hand_back_keeps_the_refused_row_and_settles_the_rest(pool: PgP
             .unwrap();
     assert_eq!(attempts, 1);
     assert!(error.contains("WRONGTYPE"), "{error}");
-    assert_eq!(ns.llen("queue:billing").await, N - 1, "nothing pushed twice");
+    assert_eq!(
+        ns.llen("queue:billing").await,
+        N - 1,
+        "nothing pushed twice"
+    );
 }
