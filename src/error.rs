@@ -114,6 +114,46 @@ pub enum Error {
         /// The bound that was exceeded.
         after: Duration,
     },
+
+    /// Another Postgres session holds a lock on the outbox (or its dead-letter table) in a
+    /// mode that blocks the relay's claims, e.g. a migration's `LOCK TABLE pending_jobs IN
+    /// ACCESS EXCLUSIVE MODE`. Transient: the claims wait, then go on once it is released.
+    #[error("{0}")]
+    Locked(LockHolder),
+}
+
+/// Who holds a lock that blocks the relay's claims (from `pg_locks` and `pg_stat_activity`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LockHolder {
+    /// The locked table.
+    pub table: String,
+    /// The holder's backend pid; `None` for a prepared transaction.
+    pub pid: Option<i32>,
+    /// The lock mode, e.g. `AccessExclusiveLock`.
+    pub mode: String,
+    /// How long the holder's transaction has been open, in seconds (when visible to the
+    /// relay's role: another role's sessions need `pg_read_all_stats`).
+    pub seconds: Option<f64>,
+    /// The holder's state (`idle in transaction`, `active`, ...), when visible.
+    pub state: Option<String>,
+}
+
+impl std::fmt::Display for LockHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} locked by ", self.table)?;
+        match self.pid {
+            Some(pid) => write!(f, "pid {pid}")?,
+            None => f.write_str("a prepared transaction")?,
+        }
+        write!(f, " ({}", self.mode)?;
+        if let Some(s) = self.seconds {
+            write!(f, ", its transaction open for {s:.0}s")?;
+        }
+        if let Some(state) = &self.state {
+            write!(f, ", {state}")?;
+        }
+        f.write_str(")")
+    }
 }
 
 /// How a failure affects the rows it concerns (docs/guarantees.md#failure-classes).
@@ -165,8 +205,16 @@ pub enum Reason {
     /// No answer within the bound (a hung or overloaded server, a network partition).
     Timeout,
     /// The server refuses writes for lack of memory (Redis `OOM` at `maxmemory`, Postgres
-    /// `out_of_memory` or `disk_full`).
+    /// `out_of_memory`).
     OutOfMemory,
+    /// Postgres cannot write for lack of disk space (`disk_full`, `53100`: "could not extend
+    /// file ...: No space left on device"). A read, or a small write that fits a page with
+    /// room left, still succeeds: only the relay's own writes tell when it ends.
+    DiskFull,
+    /// Another session holds a lock on the outbox that the relay's claims wait for (a
+    /// migration's `LOCK TABLE`, `ALTER TABLE`, a `VACUUM FULL`), or a statement gave up
+    /// waiting for one (`lock_not_available`, `55P03`).
+    LockWait,
     /// A read-only replica (Redis `READONLY`/`MASTERDOWN`, Postgres hot standby).
     ReadOnly,
     /// The credentials were refused.
@@ -195,6 +243,8 @@ impl Reason {
             Reason::Unreachable => "unreachable",
             Reason::Timeout => "timeout",
             Reason::OutOfMemory => "out of memory",
+            Reason::DiskFull => "disk full",
+            Reason::LockWait => "lock wait",
             Reason::ReadOnly => "read-only replica",
             Reason::Authentication => "authentication failed",
             Reason::PermissionDenied => "permission denied",
@@ -227,7 +277,8 @@ impl Error {
             | Error::Migrate(_)
             | Error::NotAnOutbox(_)
             | Error::NotWritable { .. }
-            | Error::Timeout { .. } => ErrorClass::Transient,
+            | Error::Timeout { .. }
+            | Error::Locked(_) => ErrorClass::Transient,
         }
     }
 
@@ -238,6 +289,7 @@ impl Error {
             Error::Database(e) => postgres_reason(e),
             Error::Migrate(sqlx::migrate::MigrateError::Execute(e)) => postgres_reason(e),
             Error::Timeout { .. } => Reason::Timeout,
+            Error::Locked(_) => Reason::LockWait,
             Error::Unacknowledged { reason, .. } | Error::NotWritable { reason, .. } => *reason,
             _ => Reason::Other,
         }
@@ -246,7 +298,7 @@ impl Error {
     /// The dependency this error came from, if any.
     pub fn dependency(&self) -> Option<Dependency> {
         match self {
-            Error::Database(_) | Error::Migrate(_) => Some(Dependency::Postgres),
+            Error::Database(_) | Error::Migrate(_) | Error::Locked(_) => Some(Dependency::Postgres),
             Error::Redis(_) | Error::Refused { .. } | Error::Unacknowledged { .. } => {
                 Some(Dependency::Redis)
             }
@@ -307,7 +359,10 @@ pub fn postgres_reason(e: &sqlx::Error) -> Reason {
             // undefined_table, invalid_schema_name, invalid_catalog_name (no such database)
             Some("42P01" | "3F000" | "3D000") => Reason::TableMissing,
             Some("25006") => Reason::ReadOnly,
-            Some("53200" | "53100") => Reason::OutOfMemory,
+            Some("53200") => Reason::OutOfMemory,
+            Some("53100") => Reason::DiskFull,
+            // lock_not_available: a lock_timeout (or NOWAIT) gave up on a held lock
+            Some("55P03") => Reason::LockWait,
             // query_canceled: statement_timeout
             Some("57014") => Reason::Timeout,
             Some("57P03") => Reason::Loading,

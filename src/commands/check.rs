@@ -38,7 +38,28 @@ pub(super) async fn run(config: &Config) -> Result<ExitCode> {
                 ok = false;
             }
             if *present {
-                println!("postgres: ok, {schema}");
+                match probe.room_for_rows().await {
+                    Err(e) => {
+                        ok = false;
+                        println!(
+                            "postgres: {}: {}",
+                            e.reason(),
+                            redact::scrub(&e.to_string())
+                        );
+                    }
+                    Ok(_) => println!("postgres: ok, {schema}"),
+                }
+                if let Ok(Some(h)) = probe.horizon().await {
+                    if h.seconds.unwrap_or(0.0) >= relay::probe::HORIZON_WARN_AFTER.as_secs_f64() {
+                        println!(
+                            "postgres: warning: a {} (pid {}) open for {:.0}s holds the xmin horizon ({})",
+                            h.kind,
+                            h.pid.map_or("none".to_owned(), |p| p.to_string()),
+                            h.seconds.unwrap_or(0.0),
+                            h.detail
+                        );
+                    }
+                }
             } else {
                 println!(
                     "postgres: reachable, {schema}; table missing: {} does not exist (run `jobrelay migrate`)",

@@ -65,6 +65,28 @@ pub struct Batcher<S> {
     sink: S,
 }
 
+/// What [`Batcher::claim_push_settle`] leaves for the transaction's end.
+struct Step {
+    report: Report,
+    /// Ids of the rows whose jobs Redis acknowledged.
+    acknowledged: Vec<i64>,
+    /// Rows the claim moved to the dead letters itself (over `--max-job-size`).
+    buried: u64,
+    /// Why the failed rows could not be handed back; `None` when they were (or none failed).
+    hand_back_failed: Option<Error>,
+}
+
+impl Step {
+    fn of(report: Report) -> Self {
+        Step {
+            report,
+            acknowledged: Vec::new(),
+            buried: 0,
+            hand_back_failed: None,
+        }
+    }
+}
+
 /// A row that did not make it, on its way back to the table or to the dead letters.
 struct Failed {
     row: PendingRow,
@@ -160,8 +182,34 @@ impl<S: JobSink> Batcher<S> {
             .bounded("postgres begin", conn.begin_with(begin))
             .await?;
         let begun = started.elapsed();
-        let mut report = self.claim_push_settle(&mut tx, older_than).await?;
+        let step = self.claim_push_settle(&mut tx, older_than).await?;
+        let mut report = step.report;
         report.stages.begin = begun;
+        if let Some(e) = step.hand_back_failed {
+            // The failed rows could not be written back (a full disk, say), and Redis holds
+            // the others' jobs: rolling the batch back and leaving it there would push them
+            // again, as new jobs once their markers expire. Instead the batch is rolled back
+            // (every row back as it was, the failed ones too) and the acknowledged rows alone
+            // are deleted, which needs no new space.
+            let settling = Instant::now();
+            if self
+                .bounded("postgres rollback", tx.rollback())
+                .await
+                .is_err()
+            {
+                // The session is in no state to go on: the server rolls the batch back when
+                // it drops it, and the batch is retried as after any failure.
+                return Err(e);
+            }
+            self.settle_acknowledged(conn, &step.acknowledged, e, step.buried, &mut report)
+                .await?;
+            report.stages.settle += settling.elapsed();
+            metrics::batch_duration(started.elapsed());
+            return Ok(report);
+        }
+        if step.buried > 0 {
+            metrics::dead_lettered(step.buried);
+        }
         if report.claimed > 0 {
             let committing = Instant::now();
             self.bounded("postgres commit", tx.commit()).await?;
@@ -188,11 +236,70 @@ impl<S: JobSink> Batcher<S> {
         Ok(report)
     }
 
+    /// After a failed hand-back: deletes the rows whose jobs Redis acknowledged (the batch was
+    /// rolled back, every row is pending again as it was), in a statement of its own. A
+    /// delete writes no new row, so it succeeds where the hand-back's INSERT could not extend
+    /// a full tablespace. The failed rows stay pending, untouched, and are retried with the
+    /// next batch. A row another worker claimed in the meantime is left to it: its push finds
+    /// the dedup marker (a duplicate) and deletes it.
+    async fn settle_acknowledged(
+        &self,
+        conn: &mut PgConnection,
+        acknowledged: &[i64],
+        e: Error,
+        buried: u64,
+        report: &mut Report,
+    ) -> Result<()> {
+        let deleted = if acknowledged.is_empty() {
+            0
+        } else {
+            // In a transaction of its own, with the relay's settings (a statement with
+            // parameters outside a transaction could reach two server connections through
+            // PgBouncer in transaction mode).
+            let begin = crate::db::begin_statement(
+                self.settings.statement_timeout,
+                self.settings.idle_in_transaction_timeout,
+            );
+            let mut tx = self
+                .bounded("postgres begin", conn.begin_with(begin))
+                .await?;
+            let deleted = self
+                .bounded(
+                    "postgres settle",
+                    sqlx::query(&self.queries.settle_acknowledged)
+                        .bind(acknowledged)
+                        // Run rarely, planned each time for the table as it is now: no
+                        // generic plan cached while the table was small.
+                        .persistent(false)
+                        .execute(&mut *tx),
+                )
+                .await?
+                .rows_affected();
+            self.bounded("postgres commit", tx.commit()).await?;
+            deleted
+        };
+        // Every row not delivered is pending again as it was: the refused and invalid ones,
+        // those kept, and those the claim had moved to the dead letters (over --max-job-size).
+        let unsettled = report.refused + report.invalid + report.kept;
+        report.kept = unsettled;
+        report.dead_lettered -= buried;
+        report.handed_back = 0;
+        tracing::debug!(acknowledged = acknowledged.len(), deleted,
+            not_handed_back = unsettled, error = %crate::telemetry::redact::scrub(&e.to_string()),
+            "hand-back failed: the acknowledged rows deleted on their own, the rest left pending as they were");
+        report.unsettled = Some(Interruption {
+            dependency: e.dependency().unwrap_or(Dependency::Postgres),
+            reason: e.reason(),
+            error: e.to_string(),
+        });
+        Ok(())
+    }
+
     async fn claim_push_settle(
         &self,
         conn: &mut PgConnection,
         older_than: Option<Duration>,
-    ) -> Result<Report> {
+    ) -> Result<Step> {
         let claiming = Instant::now();
         let claimed: Vec<ClaimedRow> = self
             .bounded(
@@ -229,30 +336,39 @@ impl<S: JobSink> Batcher<S> {
                     .await?;
                 report.no_slot = held.as_deref() == Some("false");
             }
-            return Ok(report);
+            return Ok(Step::of(report));
         }
 
-        let (metas, jobs, mut failed) = self.decode(claimed, &mut report);
+        let (metas, jobs, mut failed, buried) = self.decode(claimed, &mut report);
         let pushing = Instant::now();
         let results = self.push(&jobs).await?;
-        self.classify(&metas, &jobs, results, &mut failed, &mut report);
+        let acknowledged = self.classify(&metas, &jobs, results, &mut failed, &mut report);
         report.stages.push = pushing.elapsed();
+        report.handed_back = buried;
+        let mut hand_back_failed = None;
         if !failed.is_empty() {
             let settling = Instant::now();
-            self.settle_failures(conn, failed, &mut report).await?;
+            if let Err(e) = self.settle_failures(conn, failed, &mut report).await {
+                hand_back_failed = Some(e);
+            }
             report.stages.settle = settling.elapsed();
         }
-        Ok(report)
+        Ok(Step {
+            report,
+            acknowledged,
+            buried,
+            hand_back_failed,
+        })
     }
 
     /// Turns claimed rows into jobs, in `id` order. Rows that can never become a job are
     /// failed permanently; rows the claim itself dead-lettered (over `--max-job-size`) are
-    /// only counted.
+    /// only counted, and their number returned last.
     fn decode(
         &self,
         mut claimed: Vec<ClaimedRow>,
         report: &mut Report,
-    ) -> (Vec<RowMeta>, Vec<Job>, Vec<Failed>) {
+    ) -> (Vec<RowMeta>, Vec<Job>, Vec<Failed>, u64) {
         claimed.sort_unstable_by_key(|c| c.row.id);
         let mut metas: Vec<RowMeta> = Vec::with_capacity(claimed.len());
         let mut jobs = Vec::with_capacity(claimed.len());
@@ -287,12 +403,12 @@ impl<S: JobSink> Batcher<S> {
         if let Some((id, uuid)) = buried_first {
             report.invalid += buried;
             report.dead_lettered += buried;
-            metrics::dead_lettered(buried);
+            // Counted in the metric once the batch commits them (in_transaction).
             tracing::warn!(rows = buried, first_id = id, first_uuid = %uuid,
                 max_job_bytes = self.settings.max_job_bytes,
                 "rows over --max-job-size moved to the dead-letter table");
         }
-        (metas, jobs, failed)
+        (metas, jobs, failed, buried)
     }
 
     /// Pushes the jobs; one result per job. `Err`: nothing was acknowledged (roll back).
@@ -317,6 +433,7 @@ impl<S: JobSink> Batcher<S> {
     }
 
     /// Counts each job's result; the jobs that did not make it join `failed` with their fate.
+    /// Returns the ids of the rows whose jobs Redis acknowledged.
     fn classify(
         &self,
         metas: &[RowMeta],
@@ -324,8 +441,9 @@ impl<S: JobSink> Batcher<S> {
         results: Vec<JobResult>,
         failed: &mut Vec<Failed>,
         report: &mut Report,
-    ) {
+    ) -> Vec<i64> {
         let now = Utc::now();
+        let mut acknowledged = Vec::with_capacity(jobs.len());
         let mut first_refusal: Option<String> = None;
         for ((meta, job), result) in metas.iter().zip(jobs).zip(results) {
             let e = match result {
@@ -340,6 +458,7 @@ impl<S: JobSink> Batcher<S> {
                              relayed as a job of its own");
                     }
                     metrics::relay_lag((now - job.created_at).as_seconds_f64());
+                    acknowledged.push(meta.id);
                     continue;
                 }
                 Err(e) => e,
@@ -393,6 +512,7 @@ impl<S: JobSink> Batcher<S> {
         if let Some(first) = first_refusal {
             tracing::warn!(refused = report.refused, first_error = %first, "jobs refused by redis; kept for retry");
         }
+        acknowledged
     }
 
     /// Puts failed rows back (attempts + 1, delayed) or moves them to the dead letters.
@@ -405,13 +525,16 @@ impl<S: JobSink> Batcher<S> {
         let (retry, dead): (Vec<Failed>, Vec<Failed>) =
             failed.into_iter().partition(|f| f.fate != Fate::Dead);
         if !retry.is_empty() {
+            let n = retry.len() as u64;
             self.hand_back(conn, &self.queries.retry, retry).await?;
+            report.handed_back += n;
         }
         if !dead.is_empty() {
             let n = dead.len() as u64;
             let first = dead[0].error.clone();
             self.hand_back(conn, &self.queries.dead_letter, dead)
                 .await?;
+            report.handed_back += n;
             report.dead_lettered += n;
             metrics::dead_lettered(n);
             tracing::warn!(rows = n, first_error = %first, "rows moved to the dead-letter table");

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
+use super::report::Interruption;
 pub use crate::error::Dependency;
 use crate::error::{Error, Reason};
 use crate::table::TableName;
@@ -27,6 +28,13 @@ use crate::telemetry::{metrics, redact};
 /// A worker that has not looped for this long is considered stuck: longer than the worst
 /// legitimate gap (30 s backoff cap plus a batch bounded by the push and statement timeouts).
 pub const STALL_LIMIT: Duration = Duration::from_secs(120);
+
+/// A `disk full` episode ends when the relay writes a row again (a hand-back, a dead letter),
+/// or once Postgres has answered for this long without a write failing for lack of space. A
+/// read, or a probe's tiny write into a page with room left, succeeds on a full disk: it ends
+/// nothing. Longer than the workers' backoff cap (30 s), so that rows still failing to be
+/// handed back fail again within it.
+pub const DISK_FULL_QUIET: Duration = Duration::from_secs(60);
 
 /// Panics in a row (with no batch completed in between) after which `/healthz` fails, so that
 /// Kubernetes restarts a process whose tasks keep dying although they are restarted.
@@ -48,6 +56,8 @@ struct Changes {
     failures: u64,
     /// Why it is down (while down).
     reason: Option<Reason>,
+    /// When the last failed request of the episode was sent.
+    last_failed: Option<Instant>,
     /// The last error of the episode, free of secrets.
     error: String,
 }
@@ -69,12 +79,20 @@ enum Change {
 }
 
 impl Episode {
-    fn ok_at(&self, sent: Instant) -> Change {
+    /// An answer to a request sent at `sent`; `wrote`: it wrote new rows (which needed room).
+    fn ok_at(&self, sent: Instant, wrote: bool) -> Change {
         if self.up.load(Ordering::Acquire) {
             return Change::None;
         }
         let mut c = self.changes.lock().expect("not poisoned");
         if self.up.load(Ordering::Acquire) || c.since.is_some_and(|since| sent < since) {
+            return Change::None;
+        }
+        if c.reason == Some(Reason::DiskFull)
+            && !wrote
+            && c.last_failed.is_some_and(|t| t.elapsed() < DISK_FULL_QUIET)
+        {
+            // Says nothing about the disk (docs/metrics.md#failure-reasons).
             return Change::None;
         }
         self.up.store(true, Ordering::Release);
@@ -89,6 +107,7 @@ impl Episode {
         c.since = Some(Instant::now());
         c.failures = 0;
         c.reason = None;
+        c.last_failed = None;
         change
     }
 
@@ -97,6 +116,12 @@ impl Episode {
         let was_up = self.up.load(Ordering::Acquire);
         if !was_up && c.since.is_some() {
             c.failures += 1;
+            c.last_failed = c.last_failed.max(Some(sent));
+            if c.reason == Some(Reason::LockWait) && reason == Reason::Timeout {
+                // A claim that timed out waiting for the lock: still the lock wait, whose
+                // holder the probe named.
+                return Change::None;
+            }
             c.reason = Some(reason);
             c.error = redact::scrub(&error.to_string()).into_owned();
             return Change::None;
@@ -107,6 +132,7 @@ impl Episode {
         self.up.store(false, Ordering::Release);
         c.since = Some(Instant::now());
         c.failures = 1;
+        c.last_failed = Some(sent);
         c.reason = Some(reason);
         c.error = redact::scrub(&error.to_string()).into_owned();
         Change::Began { was_up }
@@ -171,8 +197,19 @@ impl Health {
     /// outage (a push that got through just before Redis died, reported after another worker
     /// saw it die), so it does not end it: the recovery is logged once, when it happens.
     pub fn ok_at(&self, d: Dependency, sent: Instant) {
+        self.answered_at(d, sent, false);
+    }
+
+    /// Records that a request to `d` sent at `sent` wrote new rows (a batch handed rows back
+    /// or moved them to the dead letters): it also ends a `disk full` episode, which a mere
+    /// answer does not ([`DISK_FULL_QUIET`]).
+    pub fn wrote_at(&self, d: Dependency, sent: Instant) {
+        self.answered_at(d, sent, true);
+    }
+
+    fn answered_at(&self, d: Dependency, sent: Instant, wrote: bool) {
         let name = d.as_str();
-        match self.dep(d).ok_at(sent) {
+        match self.dep(d).ok_at(sent, wrote) {
             Change::None | Change::Began { .. } => {}
             Change::First => {
                 metrics::up(name, true);
@@ -230,8 +267,23 @@ impl Health {
     /// Records the failure of a step begun at `sent`: against the dependency and reason the
     /// error names; the outbox table when it is missing; otherwise as a failing batch.
     pub fn failed_with_at(&self, e: &Error, sent: Instant) {
-        let reason = e.reason();
-        match e.dependency() {
+        self.failed_for_at(e.dependency(), e.reason(), sent, e);
+    }
+
+    /// Records a batch's partial failure (`Report::interrupted`, `Report::unsettled`) like
+    /// [`Health::failed_with_at`] records an error.
+    pub fn interrupted_at(&self, cut: &Interruption, sent: Instant) {
+        self.failed_for_at(Some(cut.dependency), cut.reason, sent, cut);
+    }
+
+    fn failed_for_at(
+        &self,
+        dependency: Option<Dependency>,
+        reason: Reason,
+        sent: Instant,
+        e: &dyn std::fmt::Display,
+    ) {
+        match dependency {
             Some(Dependency::Postgres) if reason == Reason::TableMissing => {
                 self.ok_at(Dependency::Postgres, sent);
                 self.table_missing_at(sent, e);
@@ -248,7 +300,7 @@ impl Health {
 
     /// Records that the outbox table was found by a request sent at `sent`.
     pub fn table_present_at(&self, sent: Instant) {
-        if let Change::Ended { lasted, .. } = self.table.ok_at(sent) {
+        if let Change::Ended { lasted, .. } = self.table.ok_at(sent, false) {
             tracing::info!(table = %self.table_name, outage_seconds = lasted.as_secs_f64(),
                 "outbox table {} present", self.table_name);
             self.recovered();
@@ -420,6 +472,52 @@ mod tests {
         h.ok(Dependency::Redis);
         h.table_present_at(later());
         assert_eq!(h.readiness(), Ok(()));
+    }
+
+    #[test]
+    fn a_full_disk_ends_with_a_write_not_with_an_answer() {
+        let h = Health::default();
+        let pg = Dependency::Postgres;
+        h.ok(pg);
+        h.failed_at(pg, later(), Reason::DiskFull, &"could not extend file");
+        assert!(!h.is_up(pg));
+        // The probe's reads, and batches that wrote nothing, say nothing about the disk.
+        for _ in 0..3 {
+            h.ok_at(pg, later());
+            assert!(!h.is_up(pg));
+            h.failed_at(pg, later(), Reason::DiskFull, &"could not extend file");
+        }
+        assert!(h.readiness().unwrap_err()[0].starts_with("postgres: disk full (could not"));
+        h.wrote_at(pg, later());
+        assert!(h.is_up(pg));
+
+        // Nothing failed for lack of space for DISK_FULL_QUIET: the next answer ends it.
+        let long_ago = Instant::now() - DISK_FULL_QUIET - Duration::from_secs(1);
+        let h = Health::default();
+        h.failed_at(pg, long_ago, Reason::DiskFull, &"could not extend file");
+        h.ok_at(pg, later());
+        assert!(h.is_up(pg));
+    }
+
+    #[test]
+    fn a_claim_timing_out_behind_a_lock_is_still_the_lock_wait() {
+        let h = Health::default();
+        let pg = Dependency::Postgres;
+        h.ok(pg);
+        h.failed_at(
+            pg,
+            later(),
+            Reason::LockWait,
+            &"pending_jobs locked by pid 42",
+        );
+        h.failed_at(pg, later(), Reason::Timeout, &"postgres claim timed out");
+        let why = h.readiness().unwrap_err();
+        assert_eq!(
+            why[0],
+            "postgres: lock wait (pending_jobs locked by pid 42)"
+        );
+        h.ok_at(pg, later());
+        assert!(h.is_up(pg));
     }
 
     #[test]

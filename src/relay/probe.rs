@@ -4,6 +4,11 @@
 //! - Postgres: a query on the outbox table answers (or says the table is missing), and the
 //!   session could write: not a hot standby, not read-only by default. A read-only Postgres
 //!   answers `SELECT` while it refuses every claim, like a Redis at `maxmemory` answers `PING`.
+//! - Postgres locks: before it touches the table, the probe looks in `pg_locks` for another
+//!   session holding a lock on the outbox (or its dead letters) that blocks the relay's claims
+//!   (`LOCK TABLE ... IN ACCESS EXCLUSIVE MODE`, `ALTER TABLE`, `VACUUM FULL`, `CREATE INDEX`
+//!   without `CONCURRENTLY`), for longer than [`LOCK_REPORT_AFTER`]: a `lock wait` naming the
+//!   holder's pid, not a probe that times out behind it.
 //! - Redis: a write (`SET <ns>jobrelay:probe ... PX`) and `ROLE` = master. A `PING` is not
 //!   enough: a Redis at `maxmemory` (`OOM`) or a read-only replica answers it while it refuses
 //!   every push, and a probe that said "up" would end each outage the workers begin, logging
@@ -16,7 +21,7 @@ use sqlx::{PgPool, Row as _};
 use tokio_util::sync::CancellationToken;
 
 use super::health::{Dependency, Health};
-use crate::error::{Error, Reason, Result};
+use crate::error::{Error, LockHolder, Reason, Result};
 use crate::redis::connection::RedisConnection;
 use crate::table::TableName;
 use crate::telemetry::metrics;
@@ -25,6 +30,34 @@ use crate::telemetry::metrics;
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// How often the backlog gauges are sampled.
 pub const BACKLOG_INTERVAL: Duration = Duration::from_secs(5);
+/// A lock that blocks the claims is reported once its holder's transaction has been open
+/// this long: a migration's brief `ALTER TABLE` is not an outage.
+pub const LOCK_REPORT_AFTER: Duration = Duration::from_secs(1);
+/// A transaction (or prepared transaction) that has held the xmin horizon for this long is
+/// logged, once per episode, at WARN (docs/metrics.md#the-xmin-horizon): longer than any
+/// transaction of the relay's own (bounded by its idle-in-transaction timeout) or of a healthy
+/// OLTP application.
+pub const HORIZON_WARN_AFTER: Duration = Duration::from_secs(60);
+
+/// Who holds the xmin horizon of the outbox's database back: the oldest snapshot or
+/// transaction id that vacuum must keep dead rows for. Until it moves on, no row the relay
+/// deleted since can be removed, and claims walk over more and more of them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Horizon {
+    /// `transaction`, `prepared transaction`, `standby feedback` or `replication slot`.
+    pub kind: String,
+    /// Its backend's pid (a prepared transaction has none; a slot, while a client uses it).
+    pub pid: Option<i32>,
+    /// How long its transaction has been open (prepared), in seconds; `None` for a slot or a
+    /// standby, and for another role's sessions unless the relay's role may read their
+    /// statistics (`pg_read_all_stats`).
+    pub seconds: Option<f64>,
+    /// How many transaction ids old the horizon it holds is.
+    pub xids: i64,
+    /// What else identifies it: state and application name, a prepared transaction's gid, a
+    /// slot's name.
+    pub detail: String,
+}
 
 /// What one round of checks found.
 #[derive(Debug)]
@@ -66,9 +99,58 @@ pub struct Probe {
     redis: redis::Client,
     con: Option<RedisConnection>,
     table_sql: String,
+    /// The outbox and its dead letters, quoted.
+    tables: (String, String),
+    /// [`LOCK_SQL`] for them, with its `$1` and `$2` as literals: sent with the simple query
+    /// protocol (one round trip, whatever pooler is in between).
+    lock_sql: String,
     probe_key: String,
     timeout: Duration,
 }
+
+/// Another session's granted lock on `$1` or `$2` that conflicts with the claims' `ROW
+/// EXCLUSIVE` (and the probe's `ACCESS SHARE`), the oldest transaction's first; its age is
+/// unknown for a prepared transaction, or a role whose statistics the relay's may not read.
+/// Touches neither table, so it never waits for the lock itself.
+const LOCK_SQL: &str = "
+    SELECT l.relation::regclass::text, l.pid, l.mode,
+           EXTRACT(EPOCH FROM now() - a.xact_start)::float8, a.state
+    FROM pg_locks l
+    LEFT JOIN LATERAL pg_stat_get_activity(l.pid) a ON l.pid IS NOT NULL
+    WHERE l.locktype = 'relation' AND l.granted
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.relation IN (to_regclass($1), to_regclass($2))
+      AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+      AND l.pid IS DISTINCT FROM pg_backend_pid()
+    ORDER BY a.xact_start NULLS FIRST
+    LIMIT 1";
+
+/// The oldest of what holds the database's xmin horizon back (see [`Horizon`]): sessions of
+/// this database with a snapshot (`backend_xmin`) and standbys reporting theirs
+/// (`hot_standby_feedback`), prepared transactions, replication slots.
+const HORIZON_SQL: &str = "
+    SELECT kind, pid, seconds, xids, detail FROM (
+        SELECT CASE WHEN backend_type = 'walsender' THEN 'standby feedback'
+                    ELSE 'transaction' END AS kind,
+               pid, EXTRACT(EPOCH FROM now() - xact_start)::float8 AS seconds,
+               age(backend_xmin)::int8 AS xids,
+               concat_ws(', ', state, 'application_name=' || quote_literal(application_name),
+                         'user=' || usename) AS detail
+        FROM pg_stat_activity
+        WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+          AND backend_type <> 'autovacuum worker'
+          AND (datname = current_database() OR backend_type = 'walsender')
+        UNION ALL
+        SELECT 'prepared transaction', NULL, EXTRACT(EPOCH FROM now() - prepared)::float8,
+               age(transaction)::int8, 'gid=' || quote_literal(gid)
+        FROM pg_prepared_xacts WHERE database = current_database()
+        UNION ALL
+        SELECT 'replication slot', active_pid, NULL, age(xmin)::int8,
+               'slot_name=' || quote_literal(slot_name)
+        FROM pg_replication_slots WHERE xmin IS NOT NULL
+    ) h
+    ORDER BY xids DESC, seconds DESC NULLS LAST
+    LIMIT 1";
 
 impl Probe {
     /// A probe of `table` on `pool` and of Redis through `redis`, writing its key under
@@ -91,6 +173,10 @@ impl Probe {
                  FROM (SELECT 1 FROM {} LIMIT 0) AS present RIGHT JOIN (SELECT 1) AS one ON true",
                 table.pending()
             ),
+            lock_sql: LOCK_SQL
+                .replace("$1", &sql_literal(&table.pending()))
+                .replace("$2", &sql_literal(&table.dead())),
+            tables: (table.pending(), table.dead()),
             probe_key: format!("{namespace}jobrelay:probe"),
             timeout,
         }
@@ -117,27 +203,39 @@ impl Probe {
         let mut conn = crate::db::acquire(&self.pool, self.timeout, "postgres probe").await?;
         // The simple query protocol: one round trip, whatever pooler is in between.
         let check = async {
+            if let Some(holder) = lock_holder(&mut conn, &self.lock_sql).await? {
+                // Not past the lock: the query below would wait behind it. A lock younger
+                // than LOCK_REPORT_AFTER (a migration's brief ALTER TABLE) is no outage, and
+                // the table it locks exists.
+                if holder
+                    .seconds
+                    .is_some_and(|s| s < LOCK_REPORT_AFTER.as_secs_f64())
+                {
+                    return Ok(Ok((false, false)));
+                }
+                return Ok(Err(holder));
+            }
             let row = crate::db::simple_query(&mut conn, &self.table_sql).await?;
-            Ok::<_, sqlx::Error>((row.try_get::<bool, _>(0)?, row.try_get::<bool, _>(1)?))
+            Ok::<_, sqlx::Error>(Ok((
+                row.try_get::<bool, _>(0)?,
+                row.try_get::<bool, _>(1)?,
+            )))
         };
         let found = tokio::time::timeout(self.timeout, check).await;
         match found {
-            Ok(Ok((false, false))) => {}
-            Ok(Ok(_)) => {
+            Ok(Ok(Ok((false, false)))) | Ok(Ok(Err(_))) | Ok(Err(_)) => {}
+            Ok(Ok(Ok(_))) => {
                 // A read-only session stays so: let the pool open a new one next time.
                 let _ = tokio::time::timeout(self.timeout, conn.close()).await;
             }
             // No answer: the session is dropped at once, not handed back to be checked.
             Err(_) => drop(conn.detach()),
-            Ok(Err(_)) => {}
         }
         match found {
-            Err(_) => Err(Error::Timeout {
-                what: "postgres probe",
-                after: self.timeout,
-            }),
-            Ok(Ok((false, false))) => Ok(true),
-            Ok(Ok((standby, _))) => Err(Error::NotWritable {
+            Err(_) => Err(self.timed_out().await),
+            Ok(Ok(Err(holder))) => Err(Error::Locked(holder)),
+            Ok(Ok(Ok((false, false)))) => Ok(true),
+            Ok(Ok(Ok((standby, _)))) => Err(Error::NotWritable {
                 dependency: Dependency::Postgres,
                 reason: Reason::ReadOnly,
                 detail: if standby {
@@ -155,6 +253,98 @@ impl Probe {
                 }
             }
         }
+    }
+
+    /// The Postgres check timed out: a lock taken between the lock check and the query, or a
+    /// server that does not answer. Looks again on another connection, if the pool has one
+    /// idle, for a lock to name.
+    async fn timed_out(&self) -> Error {
+        let timeout = Error::Timeout {
+            what: "postgres probe",
+            after: self.timeout,
+        };
+        let Some(mut conn) = self.pool.try_acquire() else {
+            return timeout;
+        };
+        match tokio::time::timeout(self.timeout, lock_holder(&mut conn, &self.lock_sql)).await {
+            Ok(Ok(Some(holder))) if holder.seconds.is_none_or(|s| s >= 0.5) => {
+                Error::Locked(holder)
+            }
+            _ => timeout,
+        }
+    }
+
+    /// Whether Postgres has room for new rows in the outbox's tablespace: `jobrelay check`
+    /// makes a temporary table there and writes one row, which extends a file (a page of
+    /// its own), then rolls back. A read, or a write into a page with room left, would
+    /// succeed on a full disk. `Ok(false)`: could not tell (the role may not create a table in
+    /// that tablespace).
+    pub async fn room_for_rows(&self) -> Result<bool> {
+        let check = async {
+            let mut tx = self.pool.begin().await?;
+            let tablespace: Option<String> = sqlx::query_scalar(
+                "SELECT quote_ident(spcname) FROM pg_tablespace
+                 WHERE oid = (SELECT CASE reltablespace WHEN 0 THEN
+                                         (SELECT dattablespace FROM pg_database
+                                          WHERE datname = current_database())
+                                     ELSE reltablespace END
+                              FROM pg_class WHERE oid = to_regclass($1))",
+            )
+            .bind(&self.tables.0)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(tablespace) = tablespace else {
+                return Ok(false);
+            };
+            let made = sqlx::query(&format!(
+                "CREATE TEMPORARY TABLE jobrelay_check_room (b int) ON COMMIT DROP \
+                 TABLESPACE {tablespace}"
+            ))
+            .execute(&mut *tx)
+            .await;
+            match made {
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42501") => {
+                    return Ok(false)
+                }
+                made => made?,
+            };
+            sqlx::query("INSERT INTO jobrelay_check_room VALUES (1)")
+                .execute(&mut *tx)
+                .await?;
+            tx.rollback().await?;
+            Ok::<_, sqlx::Error>(true)
+        };
+        tokio::time::timeout(self.timeout.max(BACKLOG_INTERVAL), check)
+            .await
+            .map_err(|_| Error::Timeout {
+                what: "postgres room check",
+                after: self.timeout.max(BACKLOG_INTERVAL),
+            })?
+            .map_err(Error::Database)
+    }
+
+    /// The oldest of what holds the database's xmin horizon back, if anything does.
+    pub async fn horizon(&self) -> Result<Option<Horizon>> {
+        // The simple query protocol: one round trip, whatever pooler is in between.
+        let found = tokio::time::timeout(
+            self.timeout.max(BACKLOG_INTERVAL),
+            sqlx::Executor::fetch_optional(&self.pool, HORIZON_SQL),
+        )
+        .await
+        .map_err(|_| Error::Timeout {
+            what: "postgres horizon check",
+            after: self.timeout.max(BACKLOG_INTERVAL),
+        })??;
+        let Some(row) = found else {
+            return Ok(None);
+        };
+        Ok(Some(Horizon {
+            kind: row.try_get(0)?,
+            pid: row.try_get(1)?,
+            seconds: row.try_get(2)?,
+            xids: row.try_get(3)?,
+            detail: row.try_get::<Option<String>, _>(4)?.unwrap_or_default(),
+        }))
     }
 
     async fn redis_writable(&mut self) -> Result<()> {
@@ -181,6 +371,29 @@ impl Probe {
     }
 }
 
+/// Another session's lock on the outbox (or its dead letters) that blocks the claims (see
+/// [`LOCK_SQL`]).
+async fn lock_holder(
+    conn: &mut sqlx::PgConnection,
+    lock_sql: &str,
+) -> sqlx::Result<Option<LockHolder>> {
+    let Some(row) = sqlx::Executor::fetch_optional(conn, lock_sql).await? else {
+        return Ok(None);
+    };
+    Ok(Some(LockHolder {
+        table: row.try_get(0)?,
+        pid: row.try_get(1)?,
+        mode: row.try_get(2)?,
+        seconds: row.try_get(3)?,
+        state: row.try_get(4)?,
+    }))
+}
+
+/// `text` as an SQL string literal.
+fn sql_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
 /// Whether the error says the relation itself is missing (not the schema or the database,
 /// which are as much a reason not to be ready but are reported as Postgres failures).
 fn missing_relation(e: &Error) -> bool {
@@ -204,6 +417,7 @@ pub async fn probe(
         d = table.dead()
     );
     let mut last_backlog: Option<Instant> = None;
+    let mut horizon = HorizonWatch::default();
     let mut ticker = tokio::time::interval(PROBE_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -232,11 +446,52 @@ pub async fn probe(
                 if let Ok(Ok((pending, oldest, dead))) = sample {
                     metrics::backlog(pending, oldest, dead);
                 }
+                match probe.horizon().await {
+                    Ok(found) => horizon.saw(found.as_ref()),
+                    Err(e) => {
+                        tracing::debug!(error = %crate::telemetry::redact::scrub(&e.to_string()),
+                        "could not look at the xmin horizon")
+                    }
+                }
             }
         };
         tokio::select! {
             _ = shutdown.cancelled() => return,
             () = round => {}
+        }
+    }
+}
+
+/// The xmin horizon as an episode: a WARN when a transaction has held it for
+/// [`HORIZON_WARN_AFTER`], an INFO when it moved on; the gauges at every sample.
+#[derive(Debug, Default)]
+pub struct HorizonWatch {
+    /// The holder warned about, while the episode lasts.
+    held: Option<Horizon>,
+}
+
+impl HorizonWatch {
+    /// Records one sample (`None`: nothing holds the horizon back).
+    pub fn saw(&mut self, found: Option<&Horizon>) {
+        let seconds = found.and_then(|h| h.seconds).unwrap_or(0.0).max(0.0);
+        metrics::xmin_horizon(seconds, found.map_or(0, |h| h.xids));
+        let over = found.filter(|_| seconds >= HORIZON_WARN_AFTER.as_secs_f64());
+        match (over, &self.held) {
+            (Some(h), None) => {
+                let pid = h.pid.map(|p| p.to_string()).unwrap_or_default();
+                tracing::warn!(kind = %h.kind, pid = %pid, age_seconds = seconds.round(),
+                    xids = h.xids, detail = %h.detail,
+                    threshold_seconds = HORIZON_WARN_AFTER.as_secs(),
+                    "a {} (pid {}) open for {:.0}s holds the xmin horizon: no row deleted since can be \
+                     vacuumed, and claims slow down as dead rows pile up; end it (pg_terminate_backend) \
+                     if it should not be running", h.kind, if pid.is_empty() { "none" } else { &pid }, seconds);
+                self.held = Some(h.clone());
+            }
+            (None, Some(was)) => {
+                tracing::info!(kind = %was.kind, pid = ?was.pid, "the xmin horizon moved on");
+                self.held = None;
+            }
+            _ => {}
         }
     }
 }

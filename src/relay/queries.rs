@@ -33,6 +33,9 @@ pub struct Queries {
     pub dead_letter: String,
     /// After a claim in the same transaction: whether it held a claim slot (`"true"`).
     pub slot_held: String,
+    /// Deletes the rows of ids `$1` (whose jobs Redis acknowledged) that no other transaction
+    /// holds, when a batch's hand-back failed and it was rolled back (`Batcher`).
+    pub settle_acknowledged: String,
 }
 
 /// First key of claim slot 0; slot `n` is `CLAIM_SLOT_CLASS + n` (`--claim-slots` is at most
@@ -157,6 +160,11 @@ impl Queries {
             slot_held: "SELECT current_setting('jobrelay.slot_held', true)".to_owned(),
             dead_letter: format!(
                 "INSERT INTO {d} ({row_columns}) SELECT {from_unnest} FROM {unnest}"
+            ),
+            // A row another worker claimed meanwhile is skipped: that worker settles it.
+            settle_acknowledged: format!(
+                "DELETE FROM {t} WHERE ctid = ANY(ARRAY(
+                     SELECT ctid FROM {t} WHERE id = ANY($1::int8[]) FOR UPDATE SKIP LOCKED))"
             ),
         }
     }

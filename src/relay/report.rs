@@ -32,6 +32,13 @@ pub struct Report {
     /// Why some rows were kept: the failure that interrupted the push. The batch committed
     /// what Redis acknowledged; the relay backs off as after a transient failure.
     pub interrupted: Option<Interruption>,
+    /// Rows this batch wrote anew: handed back to the outbox (refused, kept) or moved to the
+    /// dead-letter table. Writes that needed room: they end a `disk full` episode.
+    pub handed_back: u64,
+    /// Why the rows that failed could not be handed back (a full disk, say): the batch was
+    /// rolled back, and the rows whose jobs Redis acknowledged were deleted on their own
+    /// (counted as delivered); the others are pending again as they were, counted in `kept`.
+    pub unsettled: Option<Interruption>,
     /// Where the time went (summed over batches): for benchmarks and profiling.
     pub stages: StageTimes,
 }
@@ -97,6 +104,10 @@ impl Report {
         self.kept += other.kept;
         if other.interrupted.is_some() {
             self.interrupted.clone_from(&other.interrupted);
+        }
+        self.handed_back += other.handed_back;
+        if other.unsettled.is_some() {
+            self.unsettled.clone_from(&other.unsettled);
         }
         self.stages.begin += other.stages.begin;
         self.stages.claim += other.stages.claim;

@@ -60,14 +60,28 @@ pub(crate) async fn work<S: JobSink>(
                     activity.mark();
                 }
                 health.ok_at(Dependency::Postgres, started);
+                if report.handed_back > 0 {
+                    health.wrote_at(Dependency::Postgres, started);
+                }
                 health.table_present_at(started);
                 if report.delivered() > 0 {
                     health.ok_at(Dependency::Redis, started);
+                }
+                if let Some(cut) = &report.unsettled {
+                    // The failed rows could not be handed back (a full disk): the acknowledged
+                    // ones were deleted, the rest stay pending. Go on while batches deliver.
+                    health.interrupted_at(cut, started);
                 }
                 if let Some(cut) = &report.interrupted {
                     // Redis acknowledged part of the batch (committed) and failed the rest
                     // (kept): an outage like any other for the rows behind.
                     health.failed_at(cut.dependency, started, cut.reason, cut);
+                }
+                let stuck = report
+                    .unsettled
+                    .as_ref()
+                    .filter(|_| report.delivered() == 0);
+                if let Some(cut) = report.interrupted.as_ref().or(stuck) {
                     let delay = backoff.next_delay();
                     tracing::debug!(error = %cut, kept = report.kept, retry_in = ?delay,
                         "batch partly acknowledged; the rest kept; backing off");

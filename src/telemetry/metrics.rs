@@ -27,6 +27,11 @@ pub const OLDEST_PENDING_AGE: &str = "jobrelay_oldest_pending_age_seconds";
 pub const UP: &str = "jobrelay_up";
 /// Gauge: rows in the dead-letter table.
 pub const DEAD_JOBS: &str = "jobrelay_dead_jobs";
+/// Gauge: how long the oldest transaction holding the database's xmin horizon has been open,
+/// in seconds (0 when none; docs/metrics.md#the-xmin-horizon).
+pub const XMIN_HORIZON_AGE: &str = "jobrelay_xmin_horizon_age_seconds";
+/// Gauge: how many transaction ids old the database's xmin horizon is.
+pub const XMIN_HORIZON_XIDS: &str = "jobrelay_xmin_horizon_age_xids";
 /// Counter, label `task` (`worker`, `probe`, `listener`, `wakeup`): panics caught in the
 /// relay's tasks, each followed by a restart of the task.
 pub const TASK_PANICS: &str = "jobrelay_task_panics_total";
@@ -61,6 +66,15 @@ pub fn describe() {
     );
     describe_gauge!(UP, "1 when the dependency is reachable, else 0");
     describe_gauge!(DEAD_JOBS, "Rows in the dead-letter table");
+    describe_gauge!(
+        XMIN_HORIZON_AGE,
+        Unit::Seconds,
+        "How long the oldest transaction holding the xmin horizon has been open"
+    );
+    describe_gauge!(
+        XMIN_HORIZON_XIDS,
+        "Age of the database's xmin horizon, in transaction ids"
+    );
     describe_counter!(
         TASK_PANICS,
         "Panics caught in the relay's tasks (each restarted), by task"
@@ -166,6 +180,12 @@ pub fn backlog(pending: i64, oldest_age_seconds: f64, dead: i64) {
     metrics::gauge!(PENDING_JOBS).set(pending as f64);
     metrics::gauge!(OLDEST_PENDING_AGE).set(oldest_age_seconds);
     metrics::gauge!(DEAD_JOBS).set(dead as f64);
+}
+
+/// Sets the xmin horizon gauges.
+pub fn xmin_horizon(age_seconds: f64, xids: i64) {
+    metrics::gauge!(XMIN_HORIZON_AGE).set(age_seconds);
+    metrics::gauge!(XMIN_HORIZON_XIDS).set(xids as f64);
 }
 
 /// Sets `jobrelay_up{dependency}`.

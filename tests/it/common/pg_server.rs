@@ -107,9 +107,10 @@ pub fn make_certs(dir: &Path) -> Certs {
     }
 }
 
-/// A Postgres 15 cluster on a free port of 127.0.0.1 that accepts only `hostssl` connections
-/// with a scram-sha-256 password (plain TCP is rejected); the superuser is `postgres`.
-/// Stopped with `pg_ctl stop -m immediate` on drop.
+/// A private Postgres cluster on a free port of 127.0.0.1: [`PgServer::start_tls`] accepts only
+/// `hostssl` connections with a scram-sha-256 password (plain TCP is rejected),
+/// [`PgServer::start_trusted`] any connection; the superuser is `postgres`. Stopped with
+/// `pg_ctl stop -m immediate` on drop.
 pub struct PgServer {
     pub port: u16,
     pub certs: Certs,
@@ -121,6 +122,28 @@ pub struct PgServer {
 impl PgServer {
     /// initdb, TLS on, start; waits until the server accepts connections.
     pub fn start_tls(superuser_password: &str) -> Self {
+        PgServer::start(
+            superuser_password,
+            "local     all all                  trust\n\
+             hostssl   all all 127.0.0.1/32     scram-sha-256\n\
+             hostnossl all all 0.0.0.0/0        reject\n",
+            "",
+        )
+    }
+
+    /// A cluster that trusts every connection from 127.0.0.1, TLS or not (`url` with any
+    /// password), with `settings` (`-c name=value ...`) on the server's command line.
+    #[allow(dead_code)] // not every test binary configuration uses it
+    pub fn start_trusted(settings: &str) -> Self {
+        PgServer::start(
+            "unused",
+            "local all all              trust\n\
+             host  all all 127.0.0.1/32 trust\n",
+            settings,
+        )
+    }
+
+    fn start(superuser_password: &str, hba: &str, settings: &str) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("jobrelay-pg-")
             .tempdir()
@@ -149,18 +172,12 @@ impl PgServer {
                 "--no-sync",
             ])
             .arg(format!("--pwfile={}", pwfile.display())));
-        std::fs::write(
-            data.join("pg_hba.conf"),
-            "local     all all                  trust\n\
-             hostssl   all all 127.0.0.1/32     scram-sha-256\n\
-             hostnossl all all 0.0.0.0/0        reject\n",
-        )
-        .unwrap();
+        std::fs::write(data.join("pg_hba.conf"), hba).unwrap();
         let port = super::free_port();
         let opts = format!(
             "-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c ssl=on \
              -c ssl_cert_file={cert} -c ssl_key_file={key} -c ssl_ca_file={ca} \
-             -c fsync=off -c max_connections=40",
+             -c fsync=off -c max_connections=40 {settings}",
             sock = dir.path().display(),
             cert = certs.cert.display(),
             key = certs.key.display(),
@@ -201,7 +218,6 @@ impl PgServer {
     }
 
     /// Runs SQL as the superuser over the Unix socket (trusted), returning psql's output.
-    #[allow(dead_code)] // the helper's API; no test needs it today
     pub fn psql(&self, sql: &str) -> String {
         run(Command::new("runuser")
             .args([

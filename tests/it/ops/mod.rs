@@ -12,6 +12,7 @@ mod deploy;
 mod http;
 mod metrics;
 mod pgbouncer;
+mod postgres_states;
 mod probes;
 mod roles;
 mod secrets;

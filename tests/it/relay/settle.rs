@@ -93,3 +93,88 @@ async fn rows_stay_until_redis_acknowledges(pool: PgPool) {
     let want: Vec<String> = before.iter().map(|(_, u, _, _)| u.to_string()).collect();
     assert_eq!(got, want, "each job exactly once, in id order");
 }
+
+/// The hand-back of a refused row fails (here a constraint the re-inserted row breaks; a full
+/// tablespace in `ops::postgres_states`): the batch is rolled back and the rows Redis
+/// acknowledged are deleted on their own, the refused one stays pending as it was. Once the
+/// hand-back can be written, it is, as before.
+#[sqlx::test]
+async fn a_failed_hand_back_keeps_the_refused_row_and_settles_the_rest(pool: PgPool) {
+    let ns = Namespace::new();
+    const N: usize = 10;
+    insert_job(
+        &pool,
+        &NewRow {
+            queue: Some("poison"),
+            ..NewRow::default()
+        },
+    )
+    .await;
+    for i in 1..N {
+        insert_job(
+            &pool,
+            &NewRow {
+                payload: Some(format!("job-{i}").into_bytes()),
+                ..NewRow::default()
+            },
+        )
+        .await;
+    }
+    let mut con = ns.con().await;
+    let _: () = redis::cmd("SET")
+        .arg(ns.key("queue:poison"))
+        .arg("not a list")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    sqlx::query(
+        "ALTER TABLE pending_jobs ADD CONSTRAINT no_hand_back CHECK (attempts = 0) NOT VALID",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let b = batcher(&pool, &ns, TTL, N).await;
+    let r = b
+        .run_once(None)
+        .await
+        .expect("the acknowledged rows settle");
+    assert_eq!(r.claimed, N as u64, "{r}");
+    assert_eq!(r.outcome(Outcome::Queued), (N - 1) as u64, "{r}");
+    assert_eq!((r.refused, r.kept, r.handed_back), (1, 1, 0), "{r:?}");
+    let cut = r
+        .unsettled
+        .as_ref()
+        .expect("the hand-back failure is reported");
+    assert_eq!(cut.dependency, jobrelay::error::Dependency::Postgres);
+    assert!(cut.error.contains("no_hand_back"), "{}", cut.error);
+    assert!(r.interrupted.is_none());
+    let left: Vec<(String, i32, Option<String>)> =
+        sqlx::query_as("SELECT queue, attempts, last_error FROM pending_jobs")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(left, [("poison".to_owned(), 0, None)], "pending as it was");
+    assert_eq!(ns.llen("queue:billing").await, N - 1);
+
+    // Once the row can be written back, it is: attempts + 1, with the refusal.
+    sqlx::query("ALTER TABLE pending_jobs DROP CONSTRAINT no_hand_back")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let r = b.run_once(None).await.unwrap();
+    assert_eq!((r.claimed, r.refused, r.handed_back), (1, 1, 1), "{r:?}");
+    assert!(r.unsettled.is_none());
+    let (attempts, error): (i32, String) =
+        sqlx::query_as("SELECT attempts, last_error FROM pending_jobs")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(attempts, 1);
+    assert!(error.contains("WRONGTYPE"), "{error}");
+    assert_eq!(
+        ns.llen("queue:billing").await,
+        N - 1,
+        "nothing pushed twice"
+    );
+}
