@@ -10,6 +10,14 @@
 //! probe) cannot make one outage look like several. A recovery also wakes the workers that are
 //! backing off ([`Health::recoveries`]).
 //!
+//! Reports come from two witnesses: pushes (the workers' batches) and checks (the probe, a
+//! connect). A Redis episode in which a push failed ends only when a push succeeds (or a
+//! worker finds nothing to push, [`Health::idle`]): the probe's small write can succeed while
+//! every batch is refused (memory hovering at `maxmemory`, a script command denied by an ACL, a
+//! cluster node that owns the probe's key but not the queue's), and letting it end the episode
+//! would log one outage and one recovery a second. The probe's success then only wakes the
+//! workers once, so that a batch tries again.
+//!
 //! Failures that name no dependency state ([`Reason::Other`]: an SQL error, a bug) are not
 //! outages: they are logged once per run of failing batches.
 
@@ -50,6 +58,17 @@ struct Changes {
     reason: Option<Reason>,
     /// The last error of the episode, free of secrets.
     error: String,
+    /// A push failed in this episode: only a push (or [`Health::idle`]) ends it.
+    pinned: bool,
+    /// A check succeeded since the last failed push, and woke the workers.
+    nudged: bool,
+}
+
+/// Who reports: a push (a worker's batch) or a check (the probe, a connect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Witness {
+    Push,
+    Check,
 }
 
 /// What a report changed.
@@ -66,10 +85,12 @@ enum Change {
         failures: u64,
         reason: Reason,
     },
+    /// A check succeeded during an episode only a push can end: let the workers try.
+    Nudge,
 }
 
 impl Episode {
-    fn ok_at(&self, sent: Instant) -> Change {
+    fn ok_at(&self, sent: Instant, witness: Witness) -> Change {
         if self.up.load(Ordering::Acquire) {
             return Change::None;
         }
@@ -77,6 +98,15 @@ impl Episode {
         if self.up.load(Ordering::Acquire) || c.since.is_some_and(|since| sent < since) {
             return Change::None;
         }
+        if witness == Witness::Check && c.pinned {
+            if c.nudged {
+                return Change::None;
+            }
+            c.nudged = true;
+            return Change::Nudge;
+        }
+        c.pinned = false;
+        c.nudged = false;
         self.up.store(true, Ordering::Release);
         let change = match c.since {
             Some(since) => Change::Ended {
@@ -92,13 +122,24 @@ impl Episode {
         change
     }
 
-    fn failed_at(&self, sent: Instant, reason: Reason, error: &dyn std::fmt::Display) -> Change {
+    /// `pin`: only a push may end the episode this failure begins or continues.
+    fn failed_at(
+        &self,
+        sent: Instant,
+        reason: Reason,
+        error: &dyn std::fmt::Display,
+        pin: bool,
+    ) -> Change {
         let mut c = self.changes.lock().expect("not poisoned");
         let was_up = self.up.load(Ordering::Acquire);
         if !was_up && c.since.is_some() {
             c.failures += 1;
             c.reason = Some(reason);
             c.error = redact::scrub(&error.to_string()).into_owned();
+            if pin {
+                c.pinned = true;
+                c.nudged = false;
+            }
             return Change::None;
         }
         if was_up && c.since.is_some_and(|since| sent < since) {
@@ -109,7 +150,14 @@ impl Episode {
         c.failures = 1;
         c.reason = Some(reason);
         c.error = redact::scrub(&error.to_string()).into_owned();
+        c.pinned = pin;
+        c.nudged = false;
         Change::Began { was_up }
+    }
+
+    /// Nothing was pushed: a check may end the episode again.
+    fn unpin(&self) {
+        self.changes.lock().expect("not poisoned").pinned = false;
     }
 
     fn is_up(&self) -> bool {
@@ -165,15 +213,34 @@ impl Health {
         self.ok_at(d, Instant::now());
     }
 
-    /// Records that `d` answered a request sent at `sent`. Logs the recovery if it was down.
+    /// Records that a batch's request to `d` sent at `sent` succeeded (for Redis: a push was
+    /// acknowledged). Logs the recovery if it was down.
     ///
     /// An answer to a request sent before the current outage began says nothing about the
     /// outage (a push that got through just before Redis died, reported after another worker
     /// saw it die), so it does not end it: the recovery is logged once, when it happens.
     pub fn ok_at(&self, d: Dependency, sent: Instant) {
+        self.ok_by(d, sent, Witness::Push);
+    }
+
+    /// Records that a check of `d` (the probe) sent at `sent` succeeded. Ends an episode like
+    /// [`Health::ok_at`], except a Redis episode in which a push failed: that one only a push
+    /// ends, and the check merely wakes the workers (once per failed push).
+    pub fn check_ok_at(&self, d: Dependency, sent: Instant) {
+        self.ok_by(d, sent, Witness::Check);
+    }
+
+    /// A worker found nothing to push to `d`: a check may end its episode again (nothing is
+    /// waiting for a push to prove the end).
+    pub fn idle(&self, d: Dependency) {
+        self.dep(d).unpin();
+    }
+
+    fn ok_by(&self, d: Dependency, sent: Instant, witness: Witness) {
         let name = d.as_str();
-        match self.dep(d).ok_at(sent) {
+        match self.dep(d).ok_at(sent, witness) {
             Change::None | Change::Began { .. } => {}
+            Change::Nudge => self.recovered(),
             Change::First => {
                 metrics::up(name, true);
                 tracing::info!(dependency = name, "{name} connected");
@@ -196,9 +263,10 @@ impl Health {
         }
     }
 
-    /// Records that `d` failed just now for `reason`. Logs the episode once, when it begins.
+    /// Records that `d` failed just now for `reason`, as a check (a connect, the probe). Logs
+    /// the episode once, when it begins.
     pub fn failed(&self, d: Dependency, reason: Reason, error: &dyn std::fmt::Display) {
-        self.failed_at(d, Instant::now(), reason, error);
+        self.failed_by(d, Instant::now(), reason, error, Witness::Check);
     }
 
     /// Records that a request to `d` sent at `sent` failed for `reason` with `error`. Logs the
@@ -206,6 +274,9 @@ impl Health {
     ///
     /// A request sent before `d` last recovered (a push stuck in a stall that times out after
     /// the probe saw the end of it) does not begin a new episode.
+    ///
+    /// This is a batch's failure: a Redis episode it begins or continues ends only when a push
+    /// succeeds ([`Health::check_ok_at`]).
     pub fn failed_at(
         &self,
         d: Dependency,
@@ -213,8 +284,31 @@ impl Health {
         reason: Reason,
         error: &dyn std::fmt::Display,
     ) {
+        self.failed_by(d, sent, reason, error, Witness::Push);
+    }
+
+    /// Records that a check of `d` (the probe) sent at `sent` failed for `reason`.
+    pub fn check_failed_at(
+        &self,
+        d: Dependency,
+        sent: Instant,
+        reason: Reason,
+        error: &dyn std::fmt::Display,
+    ) {
+        self.failed_by(d, sent, reason, error, Witness::Check);
+    }
+
+    fn failed_by(
+        &self,
+        d: Dependency,
+        sent: Instant,
+        reason: Reason,
+        error: &dyn std::fmt::Display,
+        witness: Witness,
+    ) {
         let name = d.as_str();
-        if let Change::Began { was_up } = self.dep(d).failed_at(sent, reason, error) {
+        let pin = witness == Witness::Push && d == Dependency::Redis;
+        if let Change::Began { was_up } = self.dep(d).failed_at(sent, reason, error, pin) {
             metrics::up(name, false);
             let error = redact::scrub(&error.to_string()).into_owned();
             if was_up {
@@ -227,16 +321,25 @@ impl Health {
         }
     }
 
-    /// Records the failure of a step begun at `sent`: against the dependency and reason the
+    /// Records the failure of a batch begun at `sent`: against the dependency and reason the
     /// error names; the outbox table when it is missing; otherwise as a failing batch.
     pub fn failed_with_at(&self, e: &Error, sent: Instant) {
+        self.failed_with_by(e, sent, Witness::Push);
+    }
+
+    /// Records the failure of a check (the probe) sent at `sent`, as [`Health::failed_with_at`].
+    pub fn check_failed_with_at(&self, e: &Error, sent: Instant) {
+        self.failed_with_by(e, sent, Witness::Check);
+    }
+
+    fn failed_with_by(&self, e: &Error, sent: Instant, witness: Witness) {
         let reason = e.reason();
         match e.dependency() {
             Some(Dependency::Postgres) if reason == Reason::TableMissing => {
-                self.ok_at(Dependency::Postgres, sent);
+                self.ok_by(Dependency::Postgres, sent, witness);
                 self.table_missing_at(sent, e);
             }
-            Some(d) if reason != Reason::Other => self.failed_at(d, sent, reason, e),
+            Some(d) if reason != Reason::Other => self.failed_by(d, sent, reason, e, witness),
             _ => {
                 if !self.batches_failing.swap(true, Ordering::AcqRel) {
                     tracing::warn!(error = %redact::scrub(&e.to_string()),
@@ -248,7 +351,7 @@ impl Health {
 
     /// Records that the outbox table was found by a request sent at `sent`.
     pub fn table_present_at(&self, sent: Instant) {
-        if let Change::Ended { lasted, .. } = self.table.ok_at(sent) {
+        if let Change::Ended { lasted, .. } = self.table.ok_at(sent, Witness::Check) {
             tracing::info!(table = %self.table_name, outage_seconds = lasted.as_secs_f64(),
                 "outbox table {} present", self.table_name);
             self.recovered();
@@ -257,7 +360,10 @@ impl Health {
 
     /// Records that a request sent at `sent` found no outbox table (or schema, or database).
     pub fn table_missing_at(&self, sent: Instant, error: &dyn std::fmt::Display) {
-        if let Change::Began { .. } = self.table.failed_at(sent, Reason::TableMissing, error) {
+        if let Change::Began { .. } =
+            self.table
+                .failed_at(sent, Reason::TableMissing, error, false)
+        {
             tracing::error!(table = %self.table_name, error = %redact::scrub(&error.to_string()),
                 "outbox table {} does not exist: run `jobrelay migrate` (checking again quietly)",
                 self.table_name);
@@ -395,6 +501,49 @@ mod tests {
         assert!(h.is_up(d));
         h.failed_at(d, later(), down, &"down again");
         assert!(!h.is_up(d));
+    }
+
+    #[test]
+    fn a_redis_episode_a_push_began_ends_only_with_a_push() {
+        let h = Health::default();
+        let d = Dependency::Redis;
+        let mut woken = h.recoveries();
+        h.check_ok_at(d, later());
+        h.failed_at(d, later(), Reason::OutOfMemory, &"OOM");
+        assert!(!h.is_up(d));
+        woken.borrow_and_update();
+        // The probe's small write fits under maxmemory while the batches do not.
+        h.check_ok_at(d, later());
+        assert!(!h.is_up(d), "a check does not end it");
+        assert!(woken.has_changed().unwrap(), "but wakes the workers");
+        woken.borrow_and_update();
+        h.check_ok_at(d, later());
+        assert!(!woken.has_changed().unwrap(), "once per failed push");
+        h.failed_at(d, later(), Reason::OutOfMemory, &"OOM");
+        h.check_ok_at(d, later());
+        assert!(woken.has_changed().unwrap(), "again after the next failed push");
+        h.ok_at(d, later());
+        assert!(h.is_up(d), "a push ends it");
+
+        // An episode only checks saw (Redis refused the connection): a check ends it.
+        h.check_failed_at(d, later(), Reason::Refused, &"refused");
+        h.check_ok_at(d, later());
+        assert!(h.is_up(d));
+
+        // A worker with nothing to push lets the checks tell again.
+        h.failed_at(d, later(), Reason::Cluster, &"MOVED");
+        h.check_ok_at(d, later());
+        assert!(!h.is_up(d));
+        h.idle(d);
+        h.check_ok_at(d, later());
+        assert!(h.is_up(d));
+
+        // Postgres episodes are not pinned.
+        let pg = Dependency::Postgres;
+        h.ok_at(pg, later());
+        h.failed_at(pg, later(), Reason::Unreachable, &"down");
+        h.check_ok_at(pg, later());
+        assert!(h.is_up(pg));
     }
 
     #[test]

@@ -61,10 +61,9 @@ pub(crate) async fn work<S: JobSink>(
                 }
                 health.ok_at(Dependency::Postgres, started);
                 health.table_present_at(started);
-                if report.delivered() > 0 {
-                    health.ok_at(Dependency::Redis, started);
-                }
                 if let Some(cut) = &report.interrupted {
+                    // Not a sign of recovery, though part of it was acknowledged: with memory
+                    // hovering at maxmemory, every batch may get one call through.
                     // Redis acknowledged part of the batch (committed) and failed the rest
                     // (kept): an outage like any other for the rows behind.
                     health.failed_at(cut.dependency, started, cut.reason, cut);
@@ -73,6 +72,13 @@ pub(crate) async fn work<S: JobSink>(
                         "batch partly acknowledged; the rest kept; backing off");
                     delay
                 } else {
+                    if report.delivered() > 0 || report.refused > 0 {
+                        // Redis answered the push.
+                        health.ok_at(Dependency::Redis, started);
+                    } else {
+                        // Nothing pushed: the probe may tell again whether Redis is back.
+                        health.idle(Dependency::Redis);
+                    }
                     backoff.reset();
                     if report.more || report.claimed as usize >= batch_size {
                         continue;
