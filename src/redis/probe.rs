@@ -55,9 +55,9 @@ impl Eviction {
         match self {
             Eviction::Never => "maxmemory-policy noeviction".to_owned(),
             Eviction::Evicts(p) => format!("maxmemory-policy {p}"),
-            Eviction::CannotTell(why) => format!(
-                "cannot tell the maxmemory-policy ({why}): make sure it is noeviction"
-            ),
+            Eviction::CannotTell(why) => {
+                format!("cannot tell the maxmemory-policy ({why}): make sure it is noeviction")
+            }
         }
     }
 

@@ -74,13 +74,14 @@ impl RedisSink {
         let Some(safety) = self.safety.filter(|s| !s.allow_eviction) else {
             return Ok(());
         };
+        // A refusal is not remembered: the next push (after the worker's backoff) looks again.
         let cached = self
             .eviction
             .last
             .lock()
             .expect("not poisoned")
             .as_ref()
-            .filter(|(at, _)| at.elapsed() < EVICTION_RECHECK)
+            .filter(|(at, e)| at.elapsed() < EVICTION_RECHECK && e.refused(false).is_ok())
             .map(|(_, e)| e.clone());
         let eviction = match cached {
             Some(e) => e,

@@ -11,12 +11,13 @@
 //! backing off ([`Health::recoveries`]).
 //!
 //! Reports come from two witnesses: pushes (the workers' batches) and checks (the probe, a
-//! connect). A Redis episode in which a push failed ends only when a push succeeds (or a
-//! worker finds nothing to push, [`Health::idle`]): the probe's small write can succeed while
-//! every batch is refused (memory hovering at `maxmemory`, a script command denied by an ACL, a
-//! cluster node that owns the probe's key but not the queue's), and letting it end the episode
-//! would log one outage and one recovery a second. The probe's success then only wakes the
-//! workers once, so that a batch tries again.
+//! connect). A Redis episode in which a push failed ends only when a push succeeds: the probe's
+//! small write can succeed while every batch is refused (memory hovering at `maxmemory`, a
+//! script command denied by an ACL, a cluster node that owns the probe's key but not the
+//! queue's), and letting it end the episode would log one outage and one recovery a second.
+//! The probe's success then only wakes the workers, once per failed push, so that a batch tries
+//! again at once. Should no push fail for [`PIN_WINDOW`] (nothing left to push: the rows were
+//! delivered by another relay, or deleted), a check ends the episode again.
 //!
 //! Failures that name no dependency state ([`Reason::Other`]: an SQL error, a bug) are not
 //! outages: they are logged once per run of failing batches.
@@ -35,6 +36,11 @@ use crate::telemetry::{metrics, redact};
 /// A worker that has not looped for this long is considered stuck: longer than the worst
 /// legitimate gap (30 s backoff cap plus a batch bounded by the push and statement timeouts).
 pub const STALL_LIMIT: Duration = Duration::from_secs(120);
+
+/// How long after the last failed push a Redis episode stays one that only a push can end.
+/// Longer than the workers' longest backoff (30 s) and a push (`--push-timeout`, 5 s): while
+/// rows wait, a push fails again well within it (the probe wakes the workers every second).
+pub const PIN_WINDOW: Duration = Duration::from_secs(40);
 
 /// Panics in a row (with no batch completed in between) after which `/healthz` fails, so that
 /// Kubernetes restarts a process whose tasks keep dying although they are restarted.
@@ -58,8 +64,9 @@ struct Changes {
     reason: Option<Reason>,
     /// The last error of the episode, free of secrets.
     error: String,
-    /// A push failed in this episode: only a push (or [`Health::idle`]) ends it.
-    pinned: bool,
+    /// When a push last failed in this episode: until [`PIN_WINDOW`] after it, only a push
+    /// ends it.
+    pinned: Option<Instant>,
     /// A check succeeded since the last failed push, and woke the workers.
     nudged: bool,
 }
@@ -98,14 +105,17 @@ impl Episode {
         if self.up.load(Ordering::Acquire) || c.since.is_some_and(|since| sent < since) {
             return Change::None;
         }
-        if witness == Witness::Check && c.pinned {
+        let pinned = c
+            .pinned
+            .is_some_and(|at| sent.saturating_duration_since(at) < PIN_WINDOW);
+        if witness == Witness::Check && pinned {
             if c.nudged {
                 return Change::None;
             }
             c.nudged = true;
             return Change::Nudge;
         }
-        c.pinned = false;
+        c.pinned = None;
         c.nudged = false;
         self.up.store(true, Ordering::Release);
         let change = match c.since {
@@ -137,7 +147,7 @@ impl Episode {
             c.reason = Some(reason);
             c.error = redact::scrub(&error.to_string()).into_owned();
             if pin {
-                c.pinned = true;
+                c.pinned = Some(sent.max(c.pinned.unwrap_or(sent)));
                 c.nudged = false;
             }
             return Change::None;
@@ -150,14 +160,9 @@ impl Episode {
         c.failures = 1;
         c.reason = Some(reason);
         c.error = redact::scrub(&error.to_string()).into_owned();
-        c.pinned = pin;
+        c.pinned = pin.then_some(sent);
         c.nudged = false;
         Change::Began { was_up }
-    }
-
-    /// Nothing was pushed: a check may end the episode again.
-    fn unpin(&self) {
-        self.changes.lock().expect("not poisoned").pinned = false;
     }
 
     fn is_up(&self) -> bool {
@@ -228,12 +233,6 @@ impl Health {
     /// ends, and the check merely wakes the workers (once per failed push).
     pub fn check_ok_at(&self, d: Dependency, sent: Instant) {
         self.ok_by(d, sent, Witness::Check);
-    }
-
-    /// A worker found nothing to push to `d`: a check may end its episode again (nothing is
-    /// waiting for a push to prove the end).
-    pub fn idle(&self, d: Dependency) {
-        self.dep(d).unpin();
     }
 
     fn ok_by(&self, d: Dependency, sent: Instant, witness: Witness) {
@@ -360,9 +359,9 @@ impl Health {
 
     /// Records that a request sent at `sent` found no outbox table (or schema, or database).
     pub fn table_missing_at(&self, sent: Instant, error: &dyn std::fmt::Display) {
-        if let Change::Began { .. } =
-            self.table
-                .failed_at(sent, Reason::TableMissing, error, false)
+        if let Change::Began { .. } = self
+            .table
+            .failed_at(sent, Reason::TableMissing, error, false)
         {
             tracing::error!(table = %self.table_name, error = %redact::scrub(&error.to_string()),
                 "outbox table {} does not exist: run `jobrelay migrate` (checking again quietly)",
@@ -521,7 +520,10 @@ mod tests {
         assert!(!woken.has_changed().unwrap(), "once per failed push");
         h.failed_at(d, later(), Reason::OutOfMemory, &"OOM");
         h.check_ok_at(d, later());
-        assert!(woken.has_changed().unwrap(), "again after the next failed push");
+        assert!(
+            woken.has_changed().unwrap(),
+            "again after the next failed push"
+        );
         h.ok_at(d, later());
         assert!(h.is_up(d), "a push ends it");
 
@@ -530,12 +532,12 @@ mod tests {
         h.check_ok_at(d, later());
         assert!(h.is_up(d));
 
-        // A worker with nothing to push lets the checks tell again.
-        h.failed_at(d, later(), Reason::Cluster, &"MOVED");
+        // No push failed for PIN_WINDOW (nothing left to push): a check ends it again.
+        let failed = later();
+        h.failed_at(d, failed, Reason::Cluster, &"MOVED");
         h.check_ok_at(d, later());
         assert!(!h.is_up(d));
-        h.idle(d);
-        h.check_ok_at(d, later());
+        h.check_ok_at(d, failed + PIN_WINDOW + Duration::from_millis(1));
         assert!(h.is_up(d));
 
         // Postgres episodes are not pinned.

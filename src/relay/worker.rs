@@ -75,9 +75,6 @@ pub(crate) async fn work<S: JobSink>(
                     if report.delivered() > 0 || report.refused > 0 {
                         // Redis answered the push.
                         health.ok_at(Dependency::Redis, started);
-                    } else {
-                        // Nothing pushed: the probe may tell again whether Redis is back.
-                        health.idle(Dependency::Redis);
                     }
                     backoff.reset();
                     if report.more || report.claimed as usize >= batch_size {
