@@ -143,6 +143,45 @@ async fn the_usual_acl_template_is_ready_and_relays(pool: PgPool) {
     );
     assert_eq!(cannot_tell.len(), 1, "{}", d.logs());
     assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
+
+    // The tight ACL of docs/guarantees.md#the-minimal-acl, word for word, in the conveyor
+    // layout (the one that needs the most commands): ready, relays, tells the policy.
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/guarantees.md"))
+        .unwrap();
+    let line = doc
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER jobrelay on >PASSWORD ~app1:* +evalsha"))
+        .expect("the tight ACL line");
+    let rules: Vec<String> = line
+        .split_whitespace()
+        .skip(2)
+        .map(|w| match w {
+            ">PASSWORD" => ">pw".to_owned(),
+            "~app1:*" => format!("~{}*", ns.prefix),
+            w => w.to_owned(),
+        })
+        .collect();
+    let rules: Vec<&str> = rules.iter().map(String::as_str).collect();
+    acl_setuser(&redis, &rules);
+    let url = format!("redis://jobrelay:pw@127.0.0.1:{}", redis.port);
+    let env = [
+        ("DATABASE_URL", db.as_str()),
+        ("REDIS_URL", url.as_str()),
+        ("JOBRELAY_NAMESPACE", &ns.prefix),
+        ("JOBRELAY_LAYOUT", "conveyor"),
+    ];
+    let (code, out, err) = run_relay(&["check"], &env).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("redis: ok (maxmemory-policy noeviction)"), "{out}");
+    insert_rows(&pool, 10, "tight").await;
+    let mut d = Daemon::start(&[], &env);
+    d.wait_ready(Duration::from_secs(15)).await;
+    wait_until("the rows relayed", Duration::from_secs(30), || async move {
+        n.llen("queue:tight").await == 10
+    })
+    .await;
+    assert!(redis_episodes(&d).is_empty(), "{}", d.logs());
+    assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
 }
 
 /// A user denied `EVALSHA`, and one whose script's `LPUSH` is denied (Redis 7.0 reports that as
