@@ -135,8 +135,13 @@ async fn main() -> Result<(), BoxError> {
     let replica = redis::Client::open(format!("redis://127.0.0.1:{r}"))?;
     let started = Instant::now();
     loop {
-        let ok = match (info(&primary, "replication").await, info(&replica, "replication").await) {
-            (Ok(a), Ok(b)) => a.contains("connected_slaves:1") && b.contains("master_link_status:up"),
+        let ok = match (
+            info(&primary, "replication").await,
+            info(&replica, "replication").await,
+        ) {
+            (Ok(a), Ok(b)) => {
+                a.contains("connected_slaves:1") && b.contains("master_link_status:up")
+            }
             _ => false,
         };
         if ok {

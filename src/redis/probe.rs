@@ -156,16 +156,28 @@ fn first_words(e: &redis::RedisError) -> String {
     text.chars().take(120).collect()
 }
 
-/// `WAIT wanted timeout`: `Err` ([`Error::ReplicasBehind`]) when fewer replicas acknowledged
-/// this connection's writes within `timeout`.
-pub(crate) async fn wait_replicas<C: ConnectionLike + Send>(
+/// `SET key <pid> PX 10000` then `WAIT wanted timeout`, in one round trip: `Err`
+/// ([`Error::ReplicasBehind`]) when fewer replicas acknowledged within `timeout`.
+///
+/// `WAIT` waits for the replication offset of this connection's last write. The `SET` makes
+/// that offset now, so the wait covers every write Redis made before, whichever connection
+/// made it: a push's script calls even if the connection was replaced halfway, and the markers
+/// another relay wrote for the jobs this push found duplicate.
+pub(crate) async fn touch_and_wait<C: ConnectionLike + Send>(
     con: &mut C,
+    key: &str,
     wanted: u32,
     timeout: Duration,
 ) -> Result<()> {
     // WAIT 0 would wait forever.
     let ms = timeout.as_millis().max(1) as u64;
-    let acknowledged: i64 = redis::cmd("WAIT")
+    let ((), acknowledged): ((), i64) = redis::pipe()
+        .cmd("SET")
+        .arg(key)
+        .arg(std::process::id())
+        .arg("PX")
+        .arg(PROBE_KEY_TTL_MS)
+        .cmd("WAIT")
         .arg(wanted)
         .arg(ms)
         .query_async(con)
@@ -180,9 +192,8 @@ pub(crate) async fn wait_replicas<C: ConnectionLike + Send>(
     Ok(())
 }
 
-/// A small write (`SET key <pid> PX 10000`): it moves this connection's replication offset up
-/// to now, so that a following `WAIT` covers every write made before, by anyone.
-pub(crate) async fn touch<C: ConnectionLike + Send>(con: &mut C, key: &str) -> Result<()> {
+/// A small write: `SET key <pid> PX 10000`.
+async fn touch<C: ConnectionLike + Send>(con: &mut C, key: &str) -> Result<()> {
     let () = redis::cmd("SET")
         .arg(key)
         .arg(std::process::id())
@@ -203,9 +214,10 @@ pub(crate) async fn writable<C: ConnectionLike + Send>(
     key: &str,
     safety: &RedisSafety,
 ) -> Result<Eviction> {
-    touch(con, key).await?;
     if safety.wait_replicas > 0 {
-        wait_replicas(con, safety.wait_replicas, safety.wait_timeout).await?;
+        touch_and_wait(con, key, safety.wait_replicas, safety.wait_timeout).await?;
+    } else {
+        touch(con, key).await?;
     }
     let role: redis::RedisResult<Vec<redis::Value>> = redis::cmd("ROLE").query_async(con).await;
     match role {

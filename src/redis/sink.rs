@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::error::{Error, ErrorClass, Reason, Result};
 use crate::job::Job;
 use crate::redis::connection::RedisConnection;
-use crate::redis::enqueue::{Enqueuer, JobResult, Outcome};
+use crate::redis::enqueue::{Enqueuer, JobResult};
 use crate::redis::layout::LayoutKind;
 use crate::redis::probe::{self, Eviction, RedisSafety};
 use crate::relay::sink::JobSink;
@@ -116,19 +116,15 @@ impl RedisSink {
         if !results.iter().any(|r| r.is_ok()) {
             return;
         }
-        let wrote = results
-            .iter()
-            .any(|r| matches!(r, Ok(o) if *o != Outcome::Duplicate));
-        let waited = async {
-            if !wrote {
-                // Only duplicates: their markers were written earlier, maybe by another
-                // connection; a write of our own moves this connection's offset past them.
-                probe::touch(con, &self.wait_key).await?;
-            }
-            probe::wait_replicas(con, safety.wait_replicas, safety.wait_timeout).await
-        };
         // WAIT answers by its timeout; the connection's own bound is --push-timeout.
-        let Err(e) = waited.await else {
+        let waited = probe::touch_and_wait(
+            con,
+            &self.wait_key,
+            safety.wait_replicas,
+            safety.wait_timeout,
+        )
+        .await;
+        let Err(e) = waited else {
             return;
         };
         let (reason, message) = (e.reason(), e.to_string());

@@ -172,7 +172,10 @@ async fn the_usual_acl_template_is_ready_and_relays(pool: PgPool) {
     ];
     let (code, out, err) = run_relay(&["check"], &env).await;
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("redis: ok (maxmemory-policy noeviction)"), "{out}");
+    assert!(
+        out.contains("redis: ok (maxmemory-policy noeviction)"),
+        "{out}"
+    );
     insert_rows(&pool, 10, "tight").await;
     let mut d = Daemon::start(&[], &env);
     d.wait_ready(Duration::from_secs(15)).await;
@@ -367,5 +370,41 @@ async fn an_oom_outage_hovering_at_the_limit_is_logged_once(pool: PgPool) {
     );
     assert_eq!(episodes[0], began[0]);
     assert_no_job_blamed(&d);
+    assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
+}
+
+/// A Redis Cluster node that owns every slot but the queue's: the probe's key is its own, so
+/// the probe's write goes through, while every script call meets a key of another node
+/// (Redis's "non local key" or `CLUSTERDOWN`, from inside the script). That is the endpoint's
+/// failure, `cluster`, not the jobs': rows untouched, one episode. Following the cluster is the
+/// `redis+cluster://` URL's job; this is a plain URL pointed at one node.
+#[sqlx::test]
+async fn a_cluster_node_that_does_not_own_the_queue_is_the_endpoints_fault(pool: PgPool) {
+    insert_rows(&pool, 10, "elsewhere").await;
+    let node = RedisServer::start_with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-require-full-coverage",
+        "no",
+    ]);
+    let ns = Namespace::on(&node.url());
+    let mut con = node.con();
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(ns.key("queue:elsewhere"))
+        .query(&mut con)
+        .unwrap();
+    for (from, to) in [(0, slot.checked_sub(1)), (slot + 1, Some(16383))] {
+        if let Some(to) = to.filter(|&to| to >= from) {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("ADDSLOTSRANGE")
+                .arg(from)
+                .arg(to)
+                .query(&mut con)
+                .unwrap();
+        }
+    }
+    let mut d =
+        refused_as_the_endpoints_fault(&pool, &node.url(), &ns, "redis: cluster", "cluster").await;
     assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
 }
