@@ -118,11 +118,11 @@ impl RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
-        if self.child.is_some() {
-            // A stopped server would not die of SIGKILL before it is continued on some kernels.
+        if let Some(child) = &self.child {
+            // A server a test stopped (SIGSTOP) is continued first, so it dies for sure.
             let _ = Command::new("kill")
                 .arg("-CONT")
-                .arg(self.child.as_ref().unwrap().id().to_string())
+                .arg(child.id().to_string())
                 .status();
         }
         self.kill();
