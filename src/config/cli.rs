@@ -39,8 +39,16 @@ pub struct Flags {
     #[arg(long, global = true, value_name = "PATH")]
     pub redis_ca_file: Option<String>,
     /// Relay even when Redis's maxmemory-policy evicts keys (queued jobs and dedup markers may
-    /// vanish) [env: JOBRELAY_REDIS_ALLOW_EVICTION] [default: false]
-    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    /// vanish); alone it means true, or `=false` [env: JOBRELAY_REDIS_ALLOW_EVICTION]
+    /// [default: false]
+    #[arg(
+        long,
+        global = true,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
     pub redis_allow_eviction: Option<String>,
     /// Replicas that must acknowledge each push (WAIT) before its rows are deleted; 0 = none
     /// [env: JOBRELAY_REDIS_WAIT_REPLICAS] [default: 0]
