@@ -408,3 +408,21 @@ async fn a_cluster_node_that_does_not_own_the_queue_is_the_endpoints_fault(pool:
         refused_as_the_endpoints_fault(&pool, &node.url(), &ns, "redis: cluster", "cluster").await;
     assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
 }
+
+/// `min-replicas-to-write 1` on a primary without a replica: Redis answers `NOREPLICAS` to the
+/// probe and the pushes alike; `replicas behind`, rows untouched, in `check` too.
+#[sqlx::test]
+async fn noreplicas_is_replicas_behind_not_the_jobs_fault(pool: PgPool) {
+    insert_rows(&pool, 10, "lonely").await;
+    let redis = RedisServer::start_with(&["--min-replicas-to-write", "1"]);
+    let ns = Namespace::on(&redis.url());
+    let mut d = refused_as_the_endpoints_fault(
+        &pool,
+        &redis.url(),
+        &ns,
+        "redis: replicas behind",
+        "replicas behind",
+    )
+    .await;
+    assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
+}
