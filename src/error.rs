@@ -363,7 +363,11 @@ pub fn redis_reason(e: &redis::RedisError) -> Reason {
         | K::ClusterDown
         | K::ClusterConnectionNotFound => return Reason::Cluster,
         K::NoScriptError => return Reason::ScriptMissing,
-        K::IoError => return Reason::Unreachable,
+        // The sentinels could not name a primary: none reachable, or none for that name.
+        K::IoError
+        | K::MasterNameNotFoundBySentinel
+        | K::NoValidReplicasFoundBySentinel
+        | K::EmptySentinelList => return Reason::Unreachable,
         _ => {}
     }
     reason_in_message(&e.to_string())
@@ -589,6 +593,11 @@ mod tests {
             "Password authentication failed",
         ));
         assert_eq!(redis_reason(&auth), Reason::Authentication);
+        let no_primary = redis::RedisError::from((
+            redis::ErrorKind::MasterNameNotFoundBySentinel,
+            "Master with given name not found in sentinel",
+        ));
+        assert_eq!(redis_reason(&no_primary), Reason::Unreachable);
         let timeout = redis::RedisError::from(Io::from(ErrorKind::TimedOut));
         assert_eq!(redis_reason(&timeout), Reason::Timeout);
         let t = Error::Timeout {
