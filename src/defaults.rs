@@ -35,3 +35,7 @@ pub const DEFAULT_OLDER_THAN: Duration = Duration::from_secs(60);
 /// Server-side `statement_timeout` of the relay's sessions, and the client-side bound on each
 /// statement: a claim or delete of one batch takes milliseconds.
 pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(15);
+/// Default `--redis-wait-replicas`: no replica waited for.
+pub const DEFAULT_REDIS_WAIT_REPLICAS: u32 = 0;
+/// Default `--redis-wait-timeout`: how long `WAIT` waits for the replicas.
+pub const DEFAULT_REDIS_WAIT_TIMEOUT: Duration = Duration::from_secs(1);

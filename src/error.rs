@@ -106,6 +106,35 @@ pub enum Error {
         detail: String,
     },
 
+    /// Redis's `maxmemory-policy` lets it evict keys: queued jobs and dedup markers could
+    /// vanish without a trace. The relay does not push there unless `--redis-allow-eviction`
+    /// accepts it. Transient: it pushes again once the policy is `noeviction`.
+    #[error(
+        "maxmemory-policy is {policy}: Redis may evict queued jobs and dedup markers; set it to \
+         noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf or the provider's \
+         parameter group), or pass --redis-allow-eviction to accept that"
+    )]
+    EvictionPolicy {
+        /// The policy Redis reported, e.g. `allkeys-lru`.
+        policy: String,
+    },
+
+    /// `--redis-wait-replicas`: fewer replicas than asked acknowledged the writes within the
+    /// wait timeout (`WAIT`). The jobs are on the primary but could be lost with it, so their
+    /// rows are kept. Transient.
+    #[error(
+        "{acknowledged} of {wanted} replicas acknowledged the writes within {} (WAIT, --redis-wait-replicas)",
+        humantime::format_duration(*within)
+    )]
+    ReplicasBehind {
+        /// `--redis-wait-replicas`.
+        wanted: u32,
+        /// How many acknowledged.
+        acknowledged: i64,
+        /// The wait's timeout.
+        within: Duration,
+    },
+
     /// An operation did not finish within its bound. Transient.
     #[error("{what} timed out after {}", humantime::format_duration(*after))]
     Timeout {
@@ -200,8 +229,10 @@ impl Dependency {
 /// Why a dependency failed, named for operators (logs, `/readyz`, `jobrelay check`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reason {
-    /// The connection was refused, reset or closed; the host is down or unreachable.
+    /// The connection was reset or closed; the host is down or unreachable.
     Unreachable,
+    /// The connection was refused: nothing listens at that address and port.
+    Refused,
     /// No answer within the bound (a hung or overloaded server, a network partition).
     Timeout,
     /// The server refuses writes for lack of memory (Redis `OOM` at `maxmemory`, Postgres
@@ -229,8 +260,24 @@ pub enum Reason {
     /// `max_connections`, or a role's or database's `CONNECTION LIMIT`), PgBouncer's
     /// `max_client_conn`.
     TooManyConnections,
+    /// A Redis Cluster node answered about slots (`MOVED`, `ASK`, `CROSSSLOT`, a script's
+    /// "non local key", `TRYAGAIN`, `CLUSTERDOWN`): the URL points at one node of a cluster, or
+    /// the cluster is resharding or down.
+    Cluster,
+    /// Redis does not know a command the relay needs (`unknown command`): the URL points at a
+    /// sentinel, a proxy without scripts, or the command was renamed.
+    UnknownCommand,
+    /// Redis forgot the enqueue script right after loading it (`NOSCRIPT` again): a proxy that
+    /// spreads requests over several servers, or scripts flushed in a loop.
+    ScriptMissing,
+    /// Too few replicas took the writes: Redis `NOREPLICAS` (`min-replicas-to-write`), or
+    /// `WAIT` fell short of `--redis-wait-replicas`.
+    ReplicasBehind,
+    /// Redis's `maxmemory-policy` evicts keys (queued jobs, dedup markers): refused unless
+    /// `--redis-allow-eviction`.
+    EvictionPolicy,
     /// The server is busy or cannot take writes for another reason of its own (Redis `BUSY`,
-    /// `MISCONF`, `NOREPLICAS`, cluster `TRYAGAIN`/`CLUSTERDOWN`).
+    /// `MISCONF`, `max number of clients reached`).
     Unavailable,
     /// Anything else: an answer about the request itself, not about the server's state.
     Other,
@@ -241,6 +288,7 @@ impl Reason {
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::Unreachable => "unreachable",
+            Reason::Refused => "refused",
             Reason::Timeout => "timeout",
             Reason::OutOfMemory => "out of memory",
             Reason::DiskFull => "disk full",
@@ -251,6 +299,11 @@ impl Reason {
             Reason::TableMissing => "table or schema missing",
             Reason::Loading => "loading",
             Reason::TooManyConnections => "too many connections",
+            Reason::Cluster => "cluster",
+            Reason::UnknownCommand => "unknown command",
+            Reason::ScriptMissing => "script missing",
+            Reason::ReplicasBehind => "replicas behind",
+            Reason::EvictionPolicy => "eviction policy",
             Reason::Unavailable => "unavailable",
             Reason::Other => "error",
         }
@@ -277,6 +330,8 @@ impl Error {
             | Error::Migrate(_)
             | Error::NotAnOutbox(_)
             | Error::NotWritable { .. }
+            | Error::EvictionPolicy { .. }
+            | Error::ReplicasBehind { .. }
             | Error::Timeout { .. }
             | Error::Locked(_) => ErrorClass::Transient,
         }
@@ -291,6 +346,8 @@ impl Error {
             Error::Timeout { .. } => Reason::Timeout,
             Error::Locked(_) => Reason::LockWait,
             Error::Unacknowledged { reason, .. } | Error::NotWritable { reason, .. } => *reason,
+            Error::EvictionPolicy { .. } => Reason::EvictionPolicy,
+            Error::ReplicasBehind { .. } => Reason::ReplicasBehind,
             _ => Reason::Other,
         }
     }
@@ -299,9 +356,11 @@ impl Error {
     pub fn dependency(&self) -> Option<Dependency> {
         match self {
             Error::Database(_) | Error::Migrate(_) | Error::Locked(_) => Some(Dependency::Postgres),
-            Error::Redis(_) | Error::Refused { .. } | Error::Unacknowledged { .. } => {
-                Some(Dependency::Redis)
-            }
+            Error::Redis(_)
+            | Error::Refused { .. }
+            | Error::Unacknowledged { .. }
+            | Error::EvictionPolicy { .. }
+            | Error::ReplicasBehind { .. } => Some(Dependency::Redis),
             Error::NotWritable { dependency, .. } => Some(*dependency),
             Error::Timeout { what, .. } if what.starts_with("postgres") => {
                 Some(Dependency::Postgres)
@@ -320,13 +379,22 @@ impl Error {
 }
 
 /// Why a Redis request failed. [`Reason::Other`] means Redis answered about the request
-/// itself (e.g. `WRONGTYPE`, a script error), not about its own state.
+/// itself (e.g. `WRONGTYPE`, a script error), not about its own state or the endpoint.
+///
+/// Errors raised inside the enqueue script keep their code (`OOM ... script: <sha>, on
+/// @user_script:1.`), except a few that Redis reports as `ERR` with a message: an ACL denial
+/// ("The user executing the script can't run this command"), a cluster node's "non local
+/// key", an unknown command. Those are told by their text, so that no endpoint failure is
+/// ever taken for the job's.
 pub fn redis_reason(e: &redis::RedisError) -> Reason {
     use redis::ErrorKind as K;
     if e.is_timeout() {
         return Reason::Timeout;
     }
-    if e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error() {
+    if e.is_connection_refusal() {
+        return Reason::Refused;
+    }
+    if e.is_connection_dropped() || e.is_io_error() {
         return Reason::Unreachable;
     }
     match e.code() {
@@ -335,18 +403,66 @@ pub fn redis_reason(e: &redis::RedisError) -> Reason {
         Some("NOAUTH" | "WRONGPASS") => return Reason::Authentication,
         Some("NOPERM") => return Reason::PermissionDenied,
         Some("LOADING") => return Reason::Loading,
-        Some("BUSY" | "MISCONF" | "NOREPLICAS" | "TRYAGAIN" | "CLUSTERDOWN") => {
-            return Reason::Unavailable
-        }
+        Some("NOREPLICAS") => return Reason::ReplicasBehind,
+        Some("MOVED" | "ASK" | "CROSSSLOT" | "TRYAGAIN" | "CLUSTERDOWN") => return Reason::Cluster,
+        Some("NOSCRIPT") => return Reason::ScriptMissing,
+        Some("BUSY" | "MISCONF") => return Reason::Unavailable,
         _ => {}
     }
     match e.kind() {
-        K::ReadOnly | K::MasterDown => Reason::ReadOnly,
-        K::BusyLoadingError => Reason::Loading,
-        K::AuthenticationFailed => Reason::Authentication,
-        K::TryAgain | K::ClusterDown | K::NoScriptError => Reason::Unavailable,
-        K::IoError => Reason::Unreachable,
-        _ => Reason::Other,
+        K::ReadOnly | K::MasterDown => return Reason::ReadOnly,
+        K::BusyLoadingError => return Reason::Loading,
+        K::AuthenticationFailed => return Reason::Authentication,
+        K::Moved
+        | K::Ask
+        | K::CrossSlot
+        | K::TryAgain
+        | K::ClusterDown
+        | K::ClusterConnectionNotFound => return Reason::Cluster,
+        K::NoScriptError => return Reason::ScriptMissing,
+        // The sentinels could not name a primary: none reachable, or none for that name.
+        K::IoError
+        | K::MasterNameNotFoundBySentinel
+        | K::NoValidReplicasFoundBySentinel
+        | K::EmptySentinelList => return Reason::Unreachable,
+        _ => {}
+    }
+    reason_in_message(&e.to_string())
+}
+
+/// The endpoint failures Redis reports as a plain `ERR` (also from inside a script), by their
+/// text; [`Reason::Other`] for the rest.
+fn reason_in_message(message: &str) -> Reason {
+    let m = message.to_ascii_lowercase();
+    let has = |needles: &[&str]| needles.iter().any(|n| m.contains(n));
+    if has(&[
+        "can't run this command",
+        "no permissions to",
+        "acl failure",
+        "noperm",
+    ]) {
+        Reason::PermissionDenied
+    } else if has(&[
+        "non local key",
+        "hash to the same slot",
+        "cluster support disabled",
+        "clusterdown",
+    ]) {
+        Reason::Cluster
+    } else if has(&["unknown command", "unknown redis command"]) {
+        Reason::UnknownCommand
+    } else if has(&[
+        "without any password configured",
+        "no password is set",
+        "invalid password",
+        "wrongpass",
+        "noauth",
+    ]) {
+        Reason::Authentication
+    } else if has(&["max number of clients reached"]) {
+        Reason::Unavailable
+    } else {
+        Reason::Other
     }
 }
 
@@ -439,7 +555,10 @@ mod tests {
                 "OOM command not allowed when used memory > 'maxmemory'.",
                 Reason::OutOfMemory,
             ),
-            ("NOREPLICAS Not enough good replicas to write.", Reason::Unavailable),
+            (
+                "NOREPLICAS Not enough good replicas to write.",
+                Reason::ReplicasBehind,
+            ),
             ("BUSY Redis is busy running a script.", Reason::Unavailable),
             ("NOAUTH Authentication required.", Reason::Authentication),
             (
@@ -452,9 +571,59 @@ mod tests {
             ),
             (
                 "TRYAGAIN Multiple keys request during rehashing of slot",
-                Reason::Unavailable,
+                Reason::Cluster,
             ),
-            ("CLUSTERDOWN The cluster is down", Reason::Unavailable),
+            ("CLUSTERDOWN The cluster is down", Reason::Cluster),
+            ("MOVED 3999 127.0.0.1:6381", Reason::Cluster),
+            ("ASK 3999 127.0.0.1:6381", Reason::Cluster),
+            (
+                "CROSSSLOT Keys in request don't hash to the same slot",
+                Reason::Cluster,
+            ),
+            (
+                "ERR Script attempted to access a non local key in a cluster node script: 2d1f, on @user_script:12.",
+                Reason::Cluster,
+            ),
+            (
+                "ERR This instance has cluster support disabled",
+                Reason::Cluster,
+            ),
+            // Redis 7.0's answer when a command inside the script is denied by the ACL.
+            (
+                "ERR The user executing the script can't run this command or subcommand script: 4174, on @user_script:1.",
+                Reason::PermissionDenied,
+            ),
+            (
+                "NOPERM this user has no permissions to access one of the keys used as arguments",
+                Reason::PermissionDenied,
+            ),
+            // A sentinel's port; a proxy without scripts.
+            (
+                "ERR unknown command 'EVALSHA', with args beginning with: ",
+                Reason::UnknownCommand,
+            ),
+            (
+                "ERR Unknown Redis command called from script script: 6e04, on @user_script:1.",
+                Reason::UnknownCommand,
+            ),
+            ("NOSCRIPT No matching script. Please use EVAL.", Reason::ScriptMissing),
+            (
+                "OOM command not allowed when used memory > 'maxmemory'. script: 96de, on @user_script:1.",
+                Reason::OutOfMemory,
+            ),
+            (
+                "READONLY You can't write against a read only replica. script: 96de, on @user_script:1.",
+                Reason::ReadOnly,
+            ),
+            (
+                "NOREPLICAS Not enough good replicas to write. script: 0a9f, on @user_script:1.",
+                Reason::ReplicasBehind,
+            ),
+            (
+                "ERR AUTH <password> called without any password configured for the default user.",
+                Reason::Authentication,
+            ),
+            ("ERR max number of clients reached", Reason::Unavailable),
         ] {
             let e = Error::Redis(server_error(line));
             assert_eq!(e.reason(), reason, "{line}");
@@ -476,13 +645,24 @@ mod tests {
         for kind in [
             ErrorKind::BrokenPipe,
             ErrorKind::ConnectionReset,
-            ErrorKind::ConnectionRefused,
             ErrorKind::UnexpectedEof,
             ErrorKind::NotConnected,
         ] {
             let e = redis::RedisError::from(Io::from(kind));
             assert_eq!(redis_reason(&e), Reason::Unreachable, "{kind:?}");
         }
+        let refused = redis::RedisError::from(Io::from(ErrorKind::ConnectionRefused));
+        assert_eq!(redis_reason(&refused), Reason::Refused);
+        let auth = redis::RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        ));
+        assert_eq!(redis_reason(&auth), Reason::Authentication);
+        let no_primary = redis::RedisError::from((
+            redis::ErrorKind::MasterNameNotFoundBySentinel,
+            "Master with given name not found in sentinel",
+        ));
+        assert_eq!(redis_reason(&no_primary), Reason::Unreachable);
         let timeout = redis::RedisError::from(Io::from(ErrorKind::TimedOut));
         assert_eq!(redis_reason(&timeout), Reason::Timeout);
         let t = Error::Timeout {
@@ -493,6 +673,40 @@ mod tests {
             (t.reason(), t.dependency()),
             (Reason::Timeout, Some(Dependency::Redis))
         );
+    }
+
+    #[test]
+    fn policy_and_replica_refusals_are_redis_outages() {
+        let e = Error::EvictionPolicy {
+            policy: "allkeys-lru".into(),
+        };
+        assert_eq!(
+            (e.class(), e.reason(), e.dependency()),
+            (
+                ErrorClass::Transient,
+                Reason::EvictionPolicy,
+                Some(Dependency::Redis)
+            )
+        );
+        let line = e.to_string();
+        assert!(
+            line.contains("allkeys-lru") && line.contains("noeviction") && !line.contains('\n'),
+            "{line}"
+        );
+        let e = Error::ReplicasBehind {
+            wanted: 2,
+            acknowledged: 1,
+            within: Duration::from_secs(1),
+        };
+        assert_eq!(
+            (e.class(), e.reason(), e.dependency()),
+            (
+                ErrorClass::Transient,
+                Reason::ReplicasBehind,
+                Some(Dependency::Redis)
+            )
+        );
+        assert_eq!(e.reason().as_str(), "replicas behind");
     }
 
     #[test]

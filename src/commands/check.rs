@@ -21,7 +21,8 @@ pub(super) async fn run(config: &Config) -> Result<ExitCode> {
         &config.table,
         &config.namespace,
         config.push_timeout,
-    );
+    )
+    .with_safety(config.redis_safety());
     let found = probe.run_once().await;
     let version = version.map(|v| v.map_err(|e| e.to_string()));
     match (&found.postgres, version) {
@@ -88,7 +89,21 @@ pub(super) async fn run(config: &Config) -> Result<ExitCode> {
         }
     }
     match &found.redis {
-        Ok(()) => println!("redis: ok"),
+        Ok(eviction) => {
+            let safety = config.redis_safety();
+            let mut notes = vec![eviction.describe()];
+            if matches!(eviction, jobrelay::redis::probe::Eviction::Evicts(_)) {
+                notes[0].push_str(", accepted by --redis-allow-eviction");
+            }
+            if safety.wait_replicas > 0 {
+                notes.push(format!(
+                    "{} replicas acknowledged within {}",
+                    safety.wait_replicas,
+                    humantime::format_duration(safety.wait_timeout)
+                ));
+            }
+            println!("redis: ok ({})", notes.join("; "));
+        }
         Err(e) => {
             ok = false;
             println!("redis: {}: {}", e.reason(), redact::scrub(&e.to_string()));

@@ -19,7 +19,8 @@ pub(super) async fn run(config: &Config) -> Result<ExitCode> {
         .await
         .with_context(|| format!("connecting to redis at {}", config.redis_url))?;
     let mut repair_con = con.clone();
-    let sink = RedisSink::new(config.enqueuer(), con, config.push_timeout);
+    let sink = RedisSink::new(config.enqueuer(), con, config.push_timeout)
+        .with_safety(config.redis_safety());
     let batcher = Batcher::new(
         pool,
         Arc::new(relay::Queries::for_layout(&config.table, sink.layout())),

@@ -51,6 +51,26 @@ pub struct Flags {
     /// private CA (default: the bundled web PKI roots) [env: JOBRELAY_REDIS_CA_FILE]
     #[arg(long, global = true, value_name = "PATH")]
     pub redis_ca_file: Option<String>,
+    /// Relay even when Redis's maxmemory-policy evicts keys (queued jobs and dedup markers may
+    /// vanish); alone it means true, or `=false` [env: JOBRELAY_REDIS_ALLOW_EVICTION]
+    /// [default: false]
+    #[arg(
+        long,
+        global = true,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub redis_allow_eviction: Option<String>,
+    /// Replicas that must acknowledge each push (WAIT) before its rows are deleted; 0 = none
+    /// [env: JOBRELAY_REDIS_WAIT_REPLICAS] [default: 0]
+    #[arg(long, global = true, value_name = "N")]
+    pub redis_wait_replicas: Option<String>,
+    /// How long WAIT waits for --redis-wait-replicas; less than --push-timeout
+    /// [env: JOBRELAY_REDIS_WAIT_TIMEOUT] [default: 1s]
+    #[arg(long, global = true, value_name = "DURATION")]
+    pub redis_wait_timeout: Option<String>,
     /// Outbox table, `name` or `schema.name` [env: JOBRELAY_TABLE] [default: pending_jobs]
     #[arg(long, global = true, value_name = "TABLE")]
     pub table: Option<String>,

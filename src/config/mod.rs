@@ -100,6 +100,12 @@ pub struct Config {
     /// `--redis-ca-file`: CA certificates that verify a `rediss://` server instead of the
     /// bundled web PKI roots.
     pub redis_ca_file: Option<CaFile>,
+    /// `--redis-allow-eviction`.
+    pub redis_allow_eviction: bool,
+    /// `--redis-wait-replicas` (0: none).
+    pub redis_wait_replicas: u32,
+    /// `--redis-wait-timeout`.
+    pub redis_wait_timeout: Duration,
     /// `--table`.
     pub table: TableName,
     /// `--namespace`.
@@ -257,6 +263,31 @@ impl Config {
                 duration_between(s, Duration::from_millis(100), Duration::from_secs(600))
             })?
             .unwrap_or(DEFAULT_PUSH_TIMEOUT);
+        let redis_allow_eviction = src
+            .parse("redis_allow_eviction", parse_bool)?
+            .unwrap_or(false);
+        let redis_wait_replicas = src
+            .parse("redis_wait_replicas", |s| bounded_int(s, 0, 100))?
+            .map(|n| n as u32)
+            .unwrap_or(DEFAULT_REDIS_WAIT_REPLICAS);
+        let redis_wait_timeout = src
+            .parse("redis_wait_timeout", |s| {
+                duration_at_least(s, Duration::from_millis(10))
+            })?
+            .unwrap_or(DEFAULT_REDIS_WAIT_TIMEOUT);
+        if redis_wait_replicas > 0 && redis_wait_timeout >= push_timeout {
+            // The connection's every answer is bounded by --push-timeout: a longer WAIT would
+            // be cut off as a timeout.
+            return Err(ConfigError {
+                culprit: src.origin_of("redis_wait_timeout").to_string(),
+                reason: format!(
+                    "{} is not shorter than --push-timeout ({}): WAIT's answer would be cut off; \
+                     lower it or raise --push-timeout",
+                    humantime::format_duration(redis_wait_timeout),
+                    humantime::format_duration(push_timeout),
+                ),
+            });
+        }
         let dedup_ttl = src
             .parse("dedup_ttl", parse_duration)?
             .unwrap_or(DEFAULT_DEDUP_TTL);
@@ -291,6 +322,9 @@ impl Config {
             pg_max_connections,
             redis_url: SecretUrl(redis_url),
             redis_ca_file,
+            redis_allow_eviction,
+            redis_wait_replicas,
+            redis_wait_timeout,
             table,
             namespace,
             layout,
@@ -399,7 +433,18 @@ impl Config {
             redis: self.redis_client()?,
             enqueuer: self.enqueuer(),
             push_timeout: self.push_timeout,
+            safety: self.redis_safety(),
         })
+    }
+
+    /// What the relay asks of Redis: `--redis-allow-eviction`, `--redis-wait-replicas`,
+    /// `--redis-wait-timeout`.
+    pub fn redis_safety(&self) -> crate::redis::probe::RedisSafety {
+        crate::redis::probe::RedisSafety {
+            allow_eviction: self.redis_allow_eviction,
+            wait_replicas: self.redis_wait_replicas,
+            wait_timeout: self.redis_wait_timeout,
+        }
     }
 
     /// The enqueue algorithm with `--namespace`, `--dedup-ttl`, `--max-job-size` and
@@ -599,6 +644,15 @@ fn byte_size_between(s: &str, min: usize, max: usize) -> Result<usize, String> {
         ));
     }
     Ok(n)
+}
+
+/// `true`/`false` (also `1`/`0`, `yes`/`no`, `on`/`off`), any case.
+fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err(format!("{s:?} is not true or false")),
+    }
 }
 
 fn bounded_int(s: &str, min: usize, max: usize) -> Result<usize, String> {

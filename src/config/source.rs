@@ -34,6 +34,21 @@ pub const OPTIONS: &[(&str, &str, Option<&str>)] = &[
         "--redis-ca-file",
         Some("JOBRELAY_REDIS_CA_FILE"),
     ),
+    (
+        "redis_allow_eviction",
+        "--redis-allow-eviction",
+        Some("JOBRELAY_REDIS_ALLOW_EVICTION"),
+    ),
+    (
+        "redis_wait_replicas",
+        "--redis-wait-replicas",
+        Some("JOBRELAY_REDIS_WAIT_REPLICAS"),
+    ),
+    (
+        "redis_wait_timeout",
+        "--redis-wait-timeout",
+        Some("JOBRELAY_REDIS_WAIT_TIMEOUT"),
+    ),
     ("table", "--table", Some("JOBRELAY_TABLE")),
     ("namespace", "--namespace", Some("JOBRELAY_NAMESPACE")),
     ("layout", "--layout", Some("JOBRELAY_LAYOUT")),
@@ -104,7 +119,7 @@ pub(crate) struct Sources<'a> {
 }
 
 fn flag_values(f: &Flags) -> HashMap<&'static str, String> {
-    let pairs: [(&'static str, &Option<String>); 24] = [
+    let pairs: [(&'static str, &Option<String>); 27] = [
         ("database_url", &f.database_url),
         ("database_url_file", &f.database_url_file),
         ("listen_url", &f.listen_url),
@@ -113,6 +128,9 @@ fn flag_values(f: &Flags) -> HashMap<&'static str, String> {
         ("redis_url", &f.redis_url),
         ("redis_url_file", &f.redis_url_file),
         ("redis_ca_file", &f.redis_ca_file),
+        ("redis_allow_eviction", &f.redis_allow_eviction),
+        ("redis_wait_replicas", &f.redis_wait_replicas),
+        ("redis_wait_timeout", &f.redis_wait_timeout),
         ("table", &f.table),
         ("namespace", &f.namespace),
         ("layout", &f.layout),

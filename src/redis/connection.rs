@@ -22,7 +22,10 @@ pub async fn connect(
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(timeout)
         .set_response_timeout(timeout)
-        .set_number_of_retries(1)
+        // No retry inside the connect: a refused connection or a wrong password fails at once
+        // with its own reason (a retry after a 1 s delay outlived the probe's 1 s bound and
+        // was served as `timeout`). The relay backs off between attempts itself.
+        .set_number_of_retries(0)
         .set_exponent_base(2)
         .set_factor(100)
         .set_max_delay(1000);
@@ -83,11 +86,11 @@ impl ConnectionLike for RedisConnection {
 
 /// Whether `e` says the connection itself broke (reset, refused, closed, or a reconnect begun
 /// earlier that failed), as opposed to a timeout or an answer from Redis: its
-/// [`crate::error::redis_reason`] is [`Reason::Unreachable`].
+/// [`crate::error::redis_reason`] is [`Reason::Unreachable`] or [`Reason::Refused`].
 ///
 /// After such an error `ConnectionManager` starts a new connection; but a reconnect begun
 /// during an outage that failed is handed, as this error, to the first request made after
 /// Redis came back. One more try tells that stale connection from an outage that goes on.
 pub fn is_broken_connection(e: &redis::RedisError) -> bool {
-    redis_reason(e) == Reason::Unreachable
+    matches!(redis_reason(e), Reason::Unreachable | Reason::Refused)
 }

@@ -6,10 +6,11 @@
 //!   [`enqueue::Outcome`]s.
 //! - [`layout`]: the layouts, `jobrelay` and `conveyor`.
 //! - [`sink`]: [`sink::RedisSink`], the claim loop's [`crate::relay::JobSink`] for Redis.
-//! - `probe`: whether Redis takes writes as a master (used by [`crate::relay::probe`]).
+//! - [`probe`]: whether Redis takes writes as the relay needs: as a master, without evicting keys,
+//!   with the replicas asked for (used by [`crate::relay::probe`] and the sink).
 
 pub mod connection;
 pub mod enqueue;
 pub mod layout;
-pub(crate) mod probe;
+pub mod probe;
 pub mod sink;

@@ -1,6 +1,9 @@
 //! [`RedisSink`]: the claim loop's jobs into Redis, through the layout's enqueue script, with
-//! the push bounded in time and a request Redis rejects isolated job by job.
+//! the push bounded in time and a request Redis rejects isolated job by job; never into a Redis
+//! that evicts keys (unless allowed), and with `--redis-wait-replicas`, acknowledged only once
+//! enough replicas have the writes.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -10,7 +13,18 @@ use crate::job::Job;
 use crate::redis::connection::RedisConnection;
 use crate::redis::enqueue::{Enqueuer, JobResult};
 use crate::redis::layout::LayoutKind;
+use crate::redis::probe::{self, Eviction, RedisSafety};
 use crate::relay::sink::JobSink;
+
+/// How long a sink trusts what it last learnt of the `maxmemory-policy` (the probe looks every
+/// second): a policy changed at runtime stops the pushes within this.
+pub const EVICTION_RECHECK: Duration = Duration::from_secs(5);
+
+/// A sink's last look at the `maxmemory-policy`, shared by its clones.
+#[derive(Debug, Default)]
+struct EvictionWatch {
+    last: Mutex<Option<(Instant, Eviction)>>,
+}
 
 /// A [`JobSink`] that runs the enqueue algorithm on a Redis connection, bounded by a timeout.
 ///
@@ -23,16 +37,105 @@ pub struct RedisSink {
     enqueuer: Enqueuer,
     con: RedisConnection,
     push_timeout: Duration,
+    safety: Option<RedisSafety>,
+    eviction: Arc<EvictionWatch>,
+    wait_key: String,
 }
 
 impl RedisSink {
     /// A sink pushing through `con`; a push (isolation included) that takes longer than
-    /// `push_timeout` fails as transient, so no row lock is held much longer than that.
+    /// `push_timeout` fails as transient, so no row lock is held much longer than that. It
+    /// checks nothing of Redis's configuration: see [`RedisSink::with_safety`].
     pub fn new(enqueuer: Enqueuer, con: RedisConnection, push_timeout: Duration) -> Self {
+        let wait_key = format!("{}jobrelay:probe", enqueuer.namespace());
         RedisSink {
             enqueuer,
             con,
             push_timeout,
+            safety: None,
+            eviction: Arc::default(),
+            wait_key,
+        }
+    }
+
+    /// The same sink, asking of Redis what `safety` says (the daemon's and the sweep's):
+    /// unless `allow_eviction`, it refuses to push while the `maxmemory-policy` evicts
+    /// ([`Error::EvictionPolicy`], looked up at most every [`EVICTION_RECHECK`]); with
+    /// `wait_replicas`, a push is acknowledged only once that many replicas acknowledged its
+    /// writes (`WAIT`, bounded by `wait_timeout`, on top of the push timeout), otherwise its
+    /// jobs are kept ([`Reason::ReplicasBehind`]).
+    pub fn with_safety(mut self, safety: RedisSafety) -> Self {
+        self.safety = Some(safety);
+        self
+    }
+
+    /// `Err` while Redis's policy evicts keys and that is not allowed.
+    async fn check_eviction(&self, con: &mut RedisConnection, deadline: Instant) -> Result<()> {
+        let Some(safety) = self.safety.filter(|s| !s.allow_eviction) else {
+            return Ok(());
+        };
+        // A refusal is not remembered: the next push (after the worker's backoff) looks again.
+        let cached = self
+            .eviction
+            .last
+            .lock()
+            .expect("not poisoned")
+            .as_ref()
+            .filter(|(at, e)| at.elapsed() < EVICTION_RECHECK && e.refused(false).is_ok())
+            .map(|(_, e)| e.clone());
+        let eviction = match cached {
+            Some(e) => e,
+            None => {
+                let found = tokio::time::timeout_at(deadline, probe::eviction_policy(con))
+                    .await
+                    .unwrap_or(Err(Error::Timeout {
+                        what: "redis push",
+                        after: self.push_timeout,
+                    }))?;
+                probe::note_once(&found);
+                *self.eviction.last.lock().expect("not poisoned") =
+                    Some((Instant::now(), found.clone()));
+                found
+            }
+        };
+        eviction.refused(safety.allow_eviction)
+    }
+
+    /// With `--redis-wait-replicas`: `WAIT` for the replicas after the push's calls; when they
+    /// fall short (or `WAIT` fails), every acknowledged job is kept instead
+    /// ([`Error::Unacknowledged`], transient; refusals stay as they are).
+    async fn wait_replicas(
+        &self,
+        con: &mut RedisConnection,
+        jobs: &[Job],
+        results: &mut [JobResult],
+    ) {
+        let Some(safety) = self.safety.filter(|s| s.wait_replicas > 0) else {
+            return;
+        };
+        if !results.iter().any(|r| r.is_ok()) {
+            return;
+        }
+        // WAIT answers by its timeout; the connection's own bound is --push-timeout.
+        let waited = probe::touch_and_wait(
+            con,
+            &self.wait_key,
+            safety.wait_replicas,
+            safety.wait_timeout,
+        )
+        .await;
+        let Err(e) = waited else {
+            return;
+        };
+        let (reason, message) = (e.reason(), e.to_string());
+        for (r, job) in results.iter_mut().zip(jobs) {
+            if r.is_ok() {
+                *r = Err(Error::Unacknowledged {
+                    uuid: job.uuid,
+                    reason,
+                    message: message.clone(),
+                });
+            }
         }
     }
 
@@ -103,6 +206,7 @@ impl JobSink for RedisSink {
     async fn push(&self, jobs: &[Job]) -> Result<Vec<JobResult>> {
         let deadline = Instant::now() + self.push_timeout;
         let mut con = self.con.clone();
+        self.check_eviction(&mut con, deadline).await?;
         // Each script call is bounded, not the push as a whole: calls Redis answered before the
         // deadline keep their outcomes and are committed (an acknowledged push is never rolled
         // back), and only the rest are kept for the next batch.
@@ -147,6 +251,7 @@ impl JobSink for RedisSink {
                     .await;
             }
         }
+        self.wait_replicas(&mut con, jobs, &mut results).await;
         if results
             .iter()
             .all(|r| matches!(r, Err(e) if e.class() == ErrorClass::Transient))

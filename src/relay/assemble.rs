@@ -13,6 +13,7 @@ use super::{probe, supervise, RelaySettings};
 use crate::backoff::Backoff;
 use crate::redis::connection::{self, RedisConnection};
 use crate::redis::enqueue::Enqueuer;
+use crate::redis::probe::RedisSafety;
 use crate::redis::sink::RedisSink;
 
 /// What the daemon's relay is made of.
@@ -32,6 +33,8 @@ pub struct Assembly {
     pub enqueuer: Enqueuer,
     /// Bound on one push while rows are locked (and on connecting).
     pub push_timeout: Duration,
+    /// What the sinks and the probe ask of Redis (eviction, replicas).
+    pub safety: RedisSafety,
 }
 
 impl Assembly {
@@ -51,7 +54,7 @@ impl Assembly {
             self.settings.table.clone(),
         );
         let namespace = self.enqueuer.namespace().to_owned();
-        let (h, stop) = (health.clone(), shutdown.clone());
+        let (h, stop, safety) = (health.clone(), shutdown.clone(), self.safety);
         tracker.spawn(supervise::supervised(
             "probe",
             health.clone(),
@@ -63,7 +66,8 @@ impl Assembly {
                     &table,
                     &namespace,
                     probe::PROBE_INTERVAL,
-                );
+                )
+                .with_safety(safety);
                 probe::probe(probe, table.clone(), h.clone(), stop.clone())
             },
         ));
@@ -88,11 +92,10 @@ impl Assembly {
             else {
                 return;
             };
-            sinks.push(RedisSink::new(
-                self.enqueuer.clone(),
-                con,
-                self.push_timeout,
-            ));
+            sinks.push(
+                RedisSink::new(self.enqueuer.clone(), con, self.push_timeout)
+                    .with_safety(self.safety),
+            );
         }
         super::spawn_with(
             tracker,

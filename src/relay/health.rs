@@ -10,6 +10,15 @@
 //! probe) cannot make one outage look like several. A recovery also wakes the workers that are
 //! backing off ([`Health::recoveries`]).
 //!
+//! Reports come from two witnesses: pushes (the workers' batches) and checks (the probe, a
+//! connect). A Redis episode in which a push failed ends only when a push succeeds: the probe's
+//! small write can succeed while every batch is refused (memory hovering at `maxmemory`, a
+//! script command denied by an ACL, a cluster node that owns the probe's key but not the
+//! queue's), and letting it end the episode would log one outage and one recovery a second.
+//! The probe's success then only wakes the workers, once per failed push, so that a batch tries
+//! again at once. Should no push fail for [`PIN_WINDOW`] (nothing left to push: the rows were
+//! delivered by another relay, or deleted), a check ends the episode again.
+//!
 //! Failures that name no dependency state ([`Reason::Other`]: an SQL error, a bug) are not
 //! outages: they are logged once per run of failing batches.
 
@@ -36,6 +45,11 @@ pub const STALL_LIMIT: Duration = Duration::from_secs(120);
 /// handed back fail again within it.
 pub const DISK_FULL_QUIET: Duration = Duration::from_secs(60);
 
+/// How long after the last failed push a Redis episode stays one that only a push can end.
+/// Longer than the workers' longest backoff (30 s) and a push (`--push-timeout`, 5 s): while
+/// rows wait, a push fails again well within it (the probe wakes the workers every second).
+pub const PIN_WINDOW: Duration = Duration::from_secs(40);
+
 /// Panics in a row (with no batch completed in between) after which `/healthz` fails, so that
 /// Kubernetes restarts a process whose tasks keep dying although they are restarted.
 pub const PANIC_LIMIT: u64 = 3;
@@ -60,6 +74,18 @@ struct Changes {
     last_failed: Option<Instant>,
     /// The last error of the episode, free of secrets.
     error: String,
+    /// When a push last failed in this episode: until [`PIN_WINDOW`] after it, only a push
+    /// ends it.
+    pinned: Option<Instant>,
+    /// A check succeeded since the last failed push, and woke the workers.
+    nudged: bool,
+}
+
+/// Who reports: a push (a worker's batch) or a check (the probe, a connect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Witness {
+    Push,
+    Check,
 }
 
 /// What a report changed.
@@ -76,11 +102,14 @@ enum Change {
         failures: u64,
         reason: Reason,
     },
+    /// A check succeeded during an episode only a push can end: let the workers try.
+    Nudge,
 }
 
 impl Episode {
-    /// An answer to a request sent at `sent`; `wrote`: it wrote new rows (which needed room).
-    fn ok_at(&self, sent: Instant, wrote: bool) -> Change {
+    /// An answer to a request sent at `sent` by `witness`; `wrote`: it wrote new rows (which
+    /// needed room).
+    fn ok_at(&self, sent: Instant, witness: Witness, wrote: bool) -> Change {
         if self.up.load(Ordering::Acquire) {
             return Change::None;
         }
@@ -95,6 +124,18 @@ impl Episode {
             // Says nothing about the disk (docs/metrics.md#failure-reasons).
             return Change::None;
         }
+        let pinned = c
+            .pinned
+            .is_some_and(|at| sent.saturating_duration_since(at) < PIN_WINDOW);
+        if witness == Witness::Check && pinned {
+            if c.nudged {
+                return Change::None;
+            }
+            c.nudged = true;
+            return Change::Nudge;
+        }
+        c.pinned = None;
+        c.nudged = false;
         self.up.store(true, Ordering::Release);
         let change = match c.since {
             Some(since) => Change::Ended {
@@ -111,7 +152,14 @@ impl Episode {
         change
     }
 
-    fn failed_at(&self, sent: Instant, reason: Reason, error: &dyn std::fmt::Display) -> Change {
+    /// `pin`: only a push may end the episode this failure begins or continues.
+    fn failed_at(
+        &self,
+        sent: Instant,
+        reason: Reason,
+        error: &dyn std::fmt::Display,
+        pin: bool,
+    ) -> Change {
         let mut c = self.changes.lock().expect("not poisoned");
         let was_up = self.up.load(Ordering::Acquire);
         if !was_up && c.since.is_some() {
@@ -124,6 +172,10 @@ impl Episode {
             }
             c.reason = Some(reason);
             c.error = redact::scrub(&error.to_string()).into_owned();
+            if pin {
+                c.pinned = Some(sent.max(c.pinned.unwrap_or(sent)));
+                c.nudged = false;
+            }
             return Change::None;
         }
         if was_up && c.since.is_some_and(|since| sent < since) {
@@ -135,6 +187,8 @@ impl Episode {
         c.last_failed = Some(sent);
         c.reason = Some(reason);
         c.error = redact::scrub(&error.to_string()).into_owned();
+        c.pinned = pin.then_some(sent);
+        c.nudged = false;
         Change::Began { was_up }
     }
 
@@ -191,26 +245,35 @@ impl Health {
         self.ok_at(d, Instant::now());
     }
 
-    /// Records that `d` answered a request sent at `sent`. Logs the recovery if it was down.
+    /// Records that a batch's request to `d` sent at `sent` succeeded (for Redis: a push was
+    /// acknowledged). Logs the recovery if it was down.
     ///
     /// An answer to a request sent before the current outage began says nothing about the
     /// outage (a push that got through just before Redis died, reported after another worker
     /// saw it die), so it does not end it: the recovery is logged once, when it happens.
     pub fn ok_at(&self, d: Dependency, sent: Instant) {
-        self.answered_at(d, sent, false);
+        self.answered(d, sent, Witness::Push, false);
     }
 
     /// Records that a request to `d` sent at `sent` wrote new rows (a batch handed rows back
     /// or moved them to the dead letters): it also ends a `disk full` episode, which a mere
     /// answer does not ([`DISK_FULL_QUIET`]).
     pub fn wrote_at(&self, d: Dependency, sent: Instant) {
-        self.answered_at(d, sent, true);
+        self.answered(d, sent, Witness::Push, true);
     }
 
-    fn answered_at(&self, d: Dependency, sent: Instant, wrote: bool) {
+    /// Records that a check of `d` (the probe) sent at `sent` succeeded. Ends an episode like
+    /// [`Health::ok_at`], except a Redis episode in which a push failed: that one only a push
+    /// ends, and the check merely wakes the workers (once per failed push).
+    pub fn check_ok_at(&self, d: Dependency, sent: Instant) {
+        self.answered(d, sent, Witness::Check, false);
+    }
+
+    fn answered(&self, d: Dependency, sent: Instant, witness: Witness, wrote: bool) {
         let name = d.as_str();
-        match self.dep(d).ok_at(sent, wrote) {
+        match self.dep(d).ok_at(sent, witness, wrote) {
             Change::None | Change::Began { .. } => {}
+            Change::Nudge => self.recovered(),
             Change::First => {
                 metrics::up(name, true);
                 tracing::info!(dependency = name, "{name} connected");
@@ -233,9 +296,10 @@ impl Health {
         }
     }
 
-    /// Records that `d` failed just now for `reason`. Logs the episode once, when it begins.
+    /// Records that `d` failed just now for `reason`, as a check (a connect, the probe). Logs
+    /// the episode once, when it begins.
     pub fn failed(&self, d: Dependency, reason: Reason, error: &dyn std::fmt::Display) {
-        self.failed_at(d, Instant::now(), reason, error);
+        self.failed_by(d, Instant::now(), reason, error, Witness::Check);
     }
 
     /// Records that a request to `d` sent at `sent` failed for `reason` with `error`. Logs the
@@ -243,6 +307,9 @@ impl Health {
     ///
     /// A request sent before `d` last recovered (a push stuck in a stall that times out after
     /// the probe saw the end of it) does not begin a new episode.
+    ///
+    /// This is a batch's failure: a Redis episode it begins or continues ends only when a push
+    /// succeeds ([`Health::check_ok_at`]).
     pub fn failed_at(
         &self,
         d: Dependency,
@@ -250,8 +317,31 @@ impl Health {
         reason: Reason,
         error: &dyn std::fmt::Display,
     ) {
+        self.failed_by(d, sent, reason, error, Witness::Push);
+    }
+
+    /// Records that a check of `d` (the probe) sent at `sent` failed for `reason`.
+    pub fn check_failed_at(
+        &self,
+        d: Dependency,
+        sent: Instant,
+        reason: Reason,
+        error: &dyn std::fmt::Display,
+    ) {
+        self.failed_by(d, sent, reason, error, Witness::Check);
+    }
+
+    fn failed_by(
+        &self,
+        d: Dependency,
+        sent: Instant,
+        reason: Reason,
+        error: &dyn std::fmt::Display,
+        witness: Witness,
+    ) {
         let name = d.as_str();
-        if let Change::Began { was_up } = self.dep(d).failed_at(sent, reason, error) {
+        let pin = witness == Witness::Push && d == Dependency::Redis;
+        if let Change::Began { was_up } = self.dep(d).failed_at(sent, reason, error, pin) {
             metrics::up(name, false);
             let error = redact::scrub(&error.to_string()).into_owned();
             if was_up {
@@ -264,31 +354,37 @@ impl Health {
         }
     }
 
-    /// Records the failure of a step begun at `sent`: against the dependency and reason the
+    /// Records the failure of a batch begun at `sent`: against the dependency and reason the
     /// error names; the outbox table when it is missing; otherwise as a failing batch.
     pub fn failed_with_at(&self, e: &Error, sent: Instant) {
-        self.failed_for_at(e.dependency(), e.reason(), sent, e);
+        self.failed_for(e.dependency(), e.reason(), sent, e, Witness::Push);
     }
 
     /// Records a batch's partial failure (`Report::interrupted`, `Report::unsettled`) like
     /// [`Health::failed_with_at`] records an error.
     pub fn interrupted_at(&self, cut: &Interruption, sent: Instant) {
-        self.failed_for_at(Some(cut.dependency), cut.reason, sent, cut);
+        self.failed_for(Some(cut.dependency), cut.reason, sent, cut, Witness::Push);
     }
 
-    fn failed_for_at(
+    /// Records the failure of a check (the probe) sent at `sent`, as [`Health::failed_with_at`].
+    pub fn check_failed_with_at(&self, e: &Error, sent: Instant) {
+        self.failed_for(e.dependency(), e.reason(), sent, e, Witness::Check);
+    }
+
+    fn failed_for(
         &self,
         dependency: Option<Dependency>,
         reason: Reason,
         sent: Instant,
         e: &dyn std::fmt::Display,
+        witness: Witness,
     ) {
         match dependency {
             Some(Dependency::Postgres) if reason == Reason::TableMissing => {
-                self.ok_at(Dependency::Postgres, sent);
+                self.answered(Dependency::Postgres, sent, witness, false);
                 self.table_missing_at(sent, e);
             }
-            Some(d) if reason != Reason::Other => self.failed_at(d, sent, reason, e),
+            Some(d) if reason != Reason::Other => self.failed_by(d, sent, reason, e, witness),
             _ => {
                 if !self.batches_failing.swap(true, Ordering::AcqRel) {
                     tracing::warn!(error = %redact::scrub(&e.to_string()),
@@ -300,7 +396,7 @@ impl Health {
 
     /// Records that the outbox table was found by a request sent at `sent`.
     pub fn table_present_at(&self, sent: Instant) {
-        if let Change::Ended { lasted, .. } = self.table.ok_at(sent, false) {
+        if let Change::Ended { lasted, .. } = self.table.ok_at(sent, Witness::Check, false) {
             tracing::info!(table = %self.table_name, outage_seconds = lasted.as_secs_f64(),
                 "outbox table {} present", self.table_name);
             self.recovered();
@@ -309,7 +405,10 @@ impl Health {
 
     /// Records that a request sent at `sent` found no outbox table (or schema, or database).
     pub fn table_missing_at(&self, sent: Instant, error: &dyn std::fmt::Display) {
-        if let Change::Began { .. } = self.table.failed_at(sent, Reason::TableMissing, error) {
+        if let Change::Began { .. } = self
+            .table
+            .failed_at(sent, Reason::TableMissing, error, false)
+        {
             tracing::error!(table = %self.table_name, error = %redact::scrub(&error.to_string()),
                 "outbox table {} does not exist: run `jobrelay migrate` (checking again quietly)",
                 self.table_name);
@@ -447,6 +546,52 @@ mod tests {
         assert!(h.is_up(d));
         h.failed_at(d, later(), down, &"down again");
         assert!(!h.is_up(d));
+    }
+
+    #[test]
+    fn a_redis_episode_a_push_began_ends_only_with_a_push() {
+        let h = Health::default();
+        let d = Dependency::Redis;
+        let mut woken = h.recoveries();
+        h.check_ok_at(d, later());
+        h.failed_at(d, later(), Reason::OutOfMemory, &"OOM");
+        assert!(!h.is_up(d));
+        woken.borrow_and_update();
+        // The probe's small write fits under maxmemory while the batches do not.
+        h.check_ok_at(d, later());
+        assert!(!h.is_up(d), "a check does not end it");
+        assert!(woken.has_changed().unwrap(), "but wakes the workers");
+        woken.borrow_and_update();
+        h.check_ok_at(d, later());
+        assert!(!woken.has_changed().unwrap(), "once per failed push");
+        h.failed_at(d, later(), Reason::OutOfMemory, &"OOM");
+        h.check_ok_at(d, later());
+        assert!(
+            woken.has_changed().unwrap(),
+            "again after the next failed push"
+        );
+        h.ok_at(d, later());
+        assert!(h.is_up(d), "a push ends it");
+
+        // An episode only checks saw (Redis refused the connection): a check ends it.
+        h.check_failed_at(d, later(), Reason::Refused, &"refused");
+        h.check_ok_at(d, later());
+        assert!(h.is_up(d));
+
+        // No push failed for PIN_WINDOW (nothing left to push): a check ends it again.
+        let failed = later();
+        h.failed_at(d, failed, Reason::Cluster, &"MOVED");
+        h.check_ok_at(d, later());
+        assert!(!h.is_up(d));
+        h.check_ok_at(d, failed + PIN_WINDOW + Duration::from_millis(1));
+        assert!(h.is_up(d));
+
+        // Postgres episodes are not pinned.
+        let pg = Dependency::Postgres;
+        h.ok_at(pg, later());
+        h.failed_at(pg, later(), Reason::Unreachable, &"down");
+        h.check_ok_at(pg, later());
+        assert!(h.is_up(pg));
     }
 
     #[test]

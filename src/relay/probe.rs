@@ -9,10 +9,13 @@
 //!   (`LOCK TABLE ... IN ACCESS EXCLUSIVE MODE`, `ALTER TABLE`, `VACUUM FULL`, `CREATE INDEX`
 //!   without `CONCURRENTLY`), for longer than [`LOCK_REPORT_AFTER`]: a `lock wait` naming the
 //!   holder's pid, not a probe that times out behind it.
-//! - Redis: a write (`SET <ns>jobrelay:probe ... PX`) and `ROLE` = master. A `PING` is not
-//!   enough: a Redis at `maxmemory` (`OOM`) or a read-only replica answers it while it refuses
-//!   every push, and a probe that said "up" would end each outage the workers begin, logging
-//!   one outage and one recovery per second.
+//! - Redis: a write (`SET <ns>jobrelay:probe ... PX`), `ROLE` = master (a denied `ROLE` cannot
+//!   tell), a `maxmemory-policy` that does not evict (unless `--redis-allow-eviction`), and with
+//!   `--redis-wait-replicas` a `WAIT` for the replicas ([`crate::redis::probe`]). A `PING` is
+//!   not enough: a Redis at `maxmemory` (`OOM`) or a read-only replica answers it while it
+//!   refuses every push. And even the small write may succeed while every batch fails (memory
+//!   hovering at the limit, a script denied by an ACL): so the probe's success never ends an
+//!   episode a failed push began; only a push does ([`Health`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::health::{Dependency, Health};
 use crate::error::{Error, LockHolder, Reason, Result};
 use crate::redis::connection::RedisConnection;
+use crate::redis::probe::{Eviction, RedisSafety};
 use crate::table::TableName;
 use crate::telemetry::metrics;
 
@@ -68,8 +72,8 @@ pub struct Findings {
     pub postgres: Result<bool>,
     /// When the Redis check was sent.
     pub redis_sent: Instant,
-    /// Redis took a write as a master, or why not.
-    pub redis: Result<()>,
+    /// Redis took a write as a master (and what it says of its `maxmemory-policy`), or why not.
+    pub redis: Result<Eviction>,
 }
 
 impl Findings {
@@ -77,18 +81,18 @@ impl Findings {
     pub fn report(&self, health: &Health) {
         match &self.postgres {
             Ok(present) => {
-                health.ok_at(Dependency::Postgres, self.postgres_sent);
+                health.check_ok_at(Dependency::Postgres, self.postgres_sent);
                 if *present {
                     health.table_present_at(self.postgres_sent);
                 } else {
                     health.table_missing_at(self.postgres_sent, &"relation does not exist");
                 }
             }
-            Err(e) => health.failed_with_at(e, self.postgres_sent),
+            Err(e) => health.check_failed_with_at(e, self.postgres_sent),
         }
         match &self.redis {
-            Ok(()) => health.ok_at(Dependency::Redis, self.redis_sent),
-            Err(e) => health.failed_with_at(e, self.redis_sent),
+            Ok(_) => health.check_ok_at(Dependency::Redis, self.redis_sent),
+            Err(e) => health.check_failed_with_at(e, self.redis_sent),
         }
     }
 }
@@ -106,6 +110,7 @@ pub struct Probe {
     lock_sql: String,
     probe_key: String,
     timeout: Duration,
+    safety: RedisSafety,
 }
 
 /// Another session's granted lock on `$1` or `$2` that conflicts with the claims' `ROW
@@ -179,7 +184,16 @@ impl Probe {
             tables: (table.pending(), table.dead()),
             probe_key: format!("{namespace}jobrelay:probe"),
             timeout,
+            safety: RedisSafety::default(),
         }
+    }
+
+    /// The same probe, checking Redis against `safety` (`--redis-allow-eviction`,
+    /// `--redis-wait-replicas`); the default refuses an evicting policy and waits for no
+    /// replica.
+    pub fn with_safety(mut self, safety: RedisSafety) -> Self {
+        self.safety = safety;
+        self
     }
 
     /// One round of checks.
@@ -347,27 +361,35 @@ impl Probe {
         }))
     }
 
-    async fn redis_writable(&mut self) -> Result<()> {
+    async fn redis_writable(&mut self) -> Result<Eviction> {
         let timeout = self.timeout;
         let timed_out = || Error::Timeout {
             what: "redis probe",
             after: timeout,
         };
+        // WAIT answers by its own timeout: the round (and each answer) may take that much longer.
+        let bound = if self.safety.wait_replicas > 0 {
+            timeout + self.safety.wait_timeout
+        } else {
+            timeout
+        };
         // Connected lazily (and kept): the probe runs from the start, Redis up or not.
         if self.con.is_none() {
             let con = tokio::time::timeout(
                 timeout,
-                crate::redis::connection::connect(&self.redis, timeout),
+                crate::redis::connection::connect(&self.redis, bound),
             )
             .await
             .map_err(|_| timed_out())??;
             self.con = Some(con);
         }
         let con = self.con.as_mut().expect("connected above");
-        tokio::time::timeout(timeout, crate::redis::probe::writable(con, &self.probe_key))
-            .await
-            .map_err(|_| timed_out())?
-            .map_err(Error::Redis)
+        tokio::time::timeout(
+            bound,
+            crate::redis::probe::writable(con, &self.probe_key, &self.safety),
+        )
+        .await
+        .map_err(|_| timed_out())?
     }
 }
 

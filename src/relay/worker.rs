@@ -64,18 +64,17 @@ pub(crate) async fn work<S: JobSink>(
                     health.wrote_at(Dependency::Postgres, started);
                 }
                 health.table_present_at(started);
-                if report.delivered() > 0 {
-                    health.ok_at(Dependency::Redis, started);
-                }
                 if let Some(cut) = &report.unsettled {
                     // The failed rows could not be handed back (a full disk): the acknowledged
                     // ones were deleted, the rest stay pending. Go on while batches deliver.
                     health.interrupted_at(cut, started);
                 }
                 if let Some(cut) = &report.interrupted {
+                    // Not a sign of recovery, though part of it was acknowledged: with memory
+                    // hovering at maxmemory, every batch may get one call through.
                     // Redis acknowledged part of the batch (committed) and failed the rest
                     // (kept): an outage like any other for the rows behind.
-                    health.failed_at(cut.dependency, started, cut.reason, cut);
+                    health.interrupted_at(cut, started);
                 }
                 let stuck = report
                     .unsettled
@@ -87,6 +86,10 @@ pub(crate) async fn work<S: JobSink>(
                         "batch partly acknowledged; the rest kept; backing off");
                     delay
                 } else {
+                    if report.delivered() > 0 || report.refused > 0 {
+                        // Redis answered the push.
+                        health.ok_at(Dependency::Redis, started);
+                    }
                     backoff.reset();
                     if report.more || report.claimed as usize >= batch_size {
                         continue;

@@ -390,3 +390,63 @@ fn pg_max_connections_decides_the_footprint() {
     let e = resolve(&["--listen-url", "mysql://x"], &[]).unwrap_err();
     assert_eq!(e.culprit, "--listen-url");
 }
+
+/// `--redis-allow-eviction` (a bare flag, or a boolean from the environment or the file),
+/// `--redis-wait-replicas` and `--redis-wait-timeout`, which must be shorter than
+/// `--push-timeout` when replicas are waited for.
+#[test]
+fn redis_safety_options_parse_and_name_their_culprit() {
+    let c = resolve(&[], &[]).unwrap();
+    assert!(!c.redis_allow_eviction);
+    assert_eq!(
+        (c.redis_wait_replicas, c.redis_wait_timeout),
+        (0, Duration::from_secs(1))
+    );
+    let c = resolve(
+        &[
+            "--redis-allow-eviction",
+            "--redis-wait-replicas",
+            "2",
+            "--redis-wait-timeout",
+            "250ms",
+        ],
+        &[],
+    )
+    .unwrap();
+    assert!(c.redis_allow_eviction);
+    assert_eq!(
+        (c.redis_wait_replicas, c.redis_wait_timeout),
+        (2, Duration::from_millis(250))
+    );
+    let c = resolve(&["--redis-allow-eviction=false"], &[]).unwrap();
+    assert!(!c.redis_allow_eviction);
+    // The bare flag takes no value from the next argument.
+    let c = resolve(&["--redis-allow-eviction", "--batch-size", "5"], &[]).unwrap();
+    assert!(c.redis_allow_eviction && c.batch_size == 5);
+    let c = resolve(&[], &[("JOBRELAY_REDIS_ALLOW_EVICTION", "yes")]).unwrap();
+    assert!(c.redis_allow_eviction);
+    for (args, env, culprit, says) in [
+        (
+            vec![],
+            vec![("JOBRELAY_REDIS_ALLOW_EVICTION", "maybe")],
+            "JOBRELAY_REDIS_ALLOW_EVICTION",
+            "is not true or false",
+        ),
+        (
+            vec!["--redis-wait-replicas", "1", "--redis-wait-timeout", "5s"],
+            vec![],
+            "--redis-wait-timeout",
+            "--push-timeout",
+        ),
+        (
+            vec!["--redis-wait-replicas", "101"],
+            vec![],
+            "--redis-wait-replicas",
+            "out of range",
+        ),
+    ] {
+        let e = resolve(&args, &env).unwrap_err();
+        assert_eq!(e.culprit, culprit, "{e}");
+        assert!(e.reason.contains(says), "{e}");
+    }
+}

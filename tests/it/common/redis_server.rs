@@ -89,6 +89,26 @@ impl RedisServer {
         }
     }
 
+    /// Sends `sig` (`STOP`, `CONT`, ...) to the server process.
+    pub fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("kill runs")
+            .success();
+        assert!(ok, "kill -{sig} {pid}");
+    }
+
+    /// A synchronous connection to the server (as its default user).
+    pub fn con(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    }
+
     /// Whether the server process is running.
     #[allow(dead_code)] // the helper's API; no test needs it today
     pub fn is_running(&self) -> bool {
@@ -98,6 +118,13 @@ impl RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
+        if let Some(child) = &self.child {
+            // A server a test stopped (SIGSTOP) is continued first, so it dies for sure.
+            let _ = Command::new("kill")
+                .arg("-CONT")
+                .arg(child.id().to_string())
+                .status();
+        }
         self.kill();
     }
 }

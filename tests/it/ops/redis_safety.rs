@@ -1,0 +1,277 @@
+//! What the relay asks of Redis before it trusts it with jobs: a `maxmemory-policy` that never
+//! evicts (unless `--redis-allow-eviction`), and with `--redis-wait-replicas` the replicas'
+//! acknowledgement (`WAIT`) before a row is deleted. Private servers only.
+
+use super::*;
+
+/// `(pending rows, highest attempts among them, dead letters)`.
+async fn rows_state(pool: &PgPool) -> (i64, i32, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM pending_jobs),
+                (SELECT COALESCE(max(attempts), 0) FROM pending_jobs),
+                (SELECT count(*) FROM pending_jobs_dead)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// The daemon's Redis episode events: (message, reason).
+fn redis_episodes(d: &Daemon) -> Vec<(String, String)> {
+    d.events()
+        .into_iter()
+        .filter(|e| e["dependency"] == "redis" && e["message"] != "redis connected")
+        .map(|e| {
+            (
+                e["message"].as_str().unwrap_or_default().to_owned(),
+                e["reason"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn config_set(redis: &RedisServer, name: &str, value: &str) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query(&mut redis.con())
+        .unwrap();
+}
+
+/// An `allkeys-lru` or `volatile-lru` Redis would evict queued jobs and markers: `check` fails
+/// with one line naming the policy and the fix, the daemon is not ready and pushes nothing
+/// (rows stay, attempts untouched, logged once) until the policy is `noeviction`; the opt-out
+/// relays anyway.
+#[sqlx::test]
+async fn an_evicting_redis_is_refused_unless_allowed(pool: PgPool) {
+    let db = database_url_of(&pool).await;
+    let redis =
+        RedisServer::start_with(&["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"]);
+    let ns = Namespace::on(&redis.url());
+    let env = [
+        ("DATABASE_URL", db.as_str()),
+        ("REDIS_URL", &redis.url()),
+        ("JOBRELAY_NAMESPACE", &ns.prefix),
+    ];
+    let (code, out, err) = run_relay(&["check"], &env).await;
+    assert_eq!(code, 1, "{out}{err}");
+    let line = out.lines().find(|l| l.starts_with("redis: ")).unwrap();
+    assert!(
+        line.starts_with("redis: eviction policy: maxmemory-policy is allkeys-lru")
+            && line.contains("noeviction")
+            && line.contains("--redis-allow-eviction"),
+        "{out}"
+    );
+    let (code, out, err) = run_relay(&["check", "--redis-allow-eviction"], &env).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(
+            "redis: ok (maxmemory-policy allkeys-lru, accepted by --redis-allow-eviction)"
+        ),
+        "{out}"
+    );
+
+    insert_rows(&pool, 30, "evict").await;
+    let mut d = Daemon::start(&["--max-attempts", "2"], &env);
+    let port = d.port;
+    wait_until(
+        "/readyz names the allkeys-lru policy",
+        Duration::from_secs(15),
+        || async move {
+            matches!(http_get(port, "/readyz").await,
+                Ok((503, body)) if body.starts_with("redis: eviction policy (maxmemory-policy is allkeys-lru"))
+        },
+    )
+    .await;
+    config_set(&redis, "maxmemory-policy", "volatile-lru");
+    wait_until(
+        "/readyz names the volatile-lru policy",
+        Duration::from_secs(15),
+        || async move {
+            matches!(http_get(port, "/readyz").await,
+                Ok((503, body)) if body.contains("maxmemory-policy is volatile-lru"))
+        },
+    )
+    .await;
+    // Not synchronisation: the refusal lasts several probe periods and worker retries.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rows_state(&pool).await, (30, 0, 0), "rows kept untouched");
+    assert_eq!(ns.llen("queue:evict").await, 0, "nothing pushed");
+
+    config_set(&redis, "maxmemory-policy", "noeviction");
+    let n = &ns;
+    wait_until("the rows relayed", Duration::from_secs(40), || async move {
+        n.llen("queue:evict").await == 30
+    })
+    .await;
+    d.wait_ready(Duration::from_secs(15)).await;
+    let episodes = redis_episodes(&d);
+    assert_eq!(episodes.len(), 2, "{}", d.logs());
+    assert!(
+        episodes[0].0.ends_with("; retrying with backoff"),
+        "{episodes:?}"
+    );
+    assert_eq!(episodes[0].1, "eviction policy");
+    assert_eq!(
+        episodes[1],
+        ("redis recovered".to_owned(), "eviction policy".to_owned())
+    );
+    assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
+
+    // The opt-out, from the environment.
+    config_set(&redis, "maxmemory-policy", "volatile-lru");
+    let allowed = [
+        ("DATABASE_URL", db.as_str()),
+        ("REDIS_URL", &redis.url()),
+        ("JOBRELAY_NAMESPACE", &ns.prefix),
+        ("JOBRELAY_REDIS_ALLOW_EVICTION", "true"),
+    ];
+    insert_rows(&pool, 10, "allowed").await;
+    let mut d = Daemon::start(&[], &allowed);
+    wait_until("the rows relayed", Duration::from_secs(40), || async move {
+        n.llen("queue:allowed").await == 10
+    })
+    .await;
+    d.wait_ready(Duration::from_secs(15)).await;
+    let accepted = d
+        .events()
+        .into_iter()
+        .filter(|e| e["policy"] == "volatile-lru")
+        .count();
+    assert_eq!(
+        accepted,
+        1,
+        "the accepted policy is logged once:\n{}",
+        d.logs()
+    );
+    assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
+}
+
+/// A primary with one replica, `--redis-wait-replicas 1`: a row is deleted only once the
+/// replica has its job. With the replica stopped (SIGSTOP) WAIT falls short: the rows stay
+/// (attempts untouched, no dead letter), `/readyz` says `replicas behind`, logged once; once it
+/// resumes, the rows go and every job is in Redis exactly once, on the replica too.
+#[sqlx::test]
+async fn with_wait_replicas_rows_stay_until_the_replica_has_the_jobs(pool: PgPool) {
+    let db = database_url_of(&pool).await;
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+    let info = |server: &RedisServer| -> String {
+        redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut server.con())
+            .unwrap()
+    };
+    wait_until("the replica in sync", Duration::from_secs(20), || async {
+        info(&primary).contains("connected_slaves:1")
+            && info(&replica).contains("master_link_status:up")
+    })
+    .await;
+    let ns = Namespace::on(&primary.url());
+    let on_replica = |key: &str| -> usize {
+        redis::cmd("LLEN")
+            .arg(ns.key(key))
+            .query(&mut replica.con())
+            .unwrap()
+    };
+    let env = [
+        ("DATABASE_URL", db.as_str()),
+        ("REDIS_URL", &primary.url()),
+        ("JOBRELAY_NAMESPACE", &ns.prefix),
+    ];
+    let wait = [
+        "--redis-wait-replicas",
+        "1",
+        "--redis-wait-timeout",
+        "300ms",
+    ];
+    let (code, out, err) = run_relay(&[&["check"], &wait[..]].concat(), &env).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(
+            "redis: ok (maxmemory-policy noeviction; 1 replicas acknowledged within 300ms)"
+        ),
+        "{out}"
+    );
+    let (code, out, _) = run_relay(
+        &[
+            "check",
+            "--redis-wait-replicas",
+            "2",
+            "--redis-wait-timeout",
+            "300ms",
+        ],
+        &env,
+    )
+    .await;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "redis: replicas behind: 1 of 2 replicas acknowledged the writes within 300ms"
+        ),
+        "{out}"
+    );
+
+    let mut d = Daemon::start(&[&wait[..], &["--max-attempts", "2"]].concat(), &env);
+    d.wait_ready(Duration::from_secs(15)).await;
+    insert_rows(&pool, 20, "first").await;
+    let p = &pool;
+    wait_until(
+        "the first rows relayed",
+        Duration::from_secs(20),
+        || async move { pending_count(p).await == 0 },
+    )
+    .await;
+    assert_eq!(
+        on_replica("queue:first"),
+        20,
+        "deleted only once on the replica"
+    );
+
+    replica.signal("STOP");
+    insert_rows(&pool, 20, "second").await;
+    let port = d.port;
+    wait_until(
+        "/readyz says replicas behind",
+        Duration::from_secs(15),
+        || async move {
+            matches!(http_get(port, "/readyz").await,
+                Ok((503, body)) if body.starts_with("redis: replicas behind"))
+        },
+    )
+    .await;
+    // Not synchronisation: the replica stays stopped for several retries.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rows_state(&pool).await, (20, 0, 0), "rows kept untouched");
+    assert_eq!(
+        ns.llen("queue:second").await,
+        20,
+        "the jobs are on the primary, their rows kept until a replica has them"
+    );
+
+    replica.signal("CONT");
+    wait_until(
+        "the second rows relayed",
+        Duration::from_secs(40),
+        || async move { pending_count(p).await == 0 },
+    )
+    .await;
+    assert_eq!(ns.llen("queue:second").await, 20, "each job once");
+    assert_eq!(on_replica("queue:second"), 20);
+    assert_eq!(rows_state(&pool).await, (0, 0, 0));
+    let episodes = redis_episodes(&d);
+    assert_eq!(
+        episodes,
+        [
+            (
+                "redis unavailable; retrying with backoff".to_owned(),
+                "replicas behind".to_owned()
+            ),
+            ("redis recovered".to_owned(), "replicas behind".to_owned())
+        ],
+        "{}",
+        d.logs()
+    );
+    assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
+}
