@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::health::{Dependency, Health};
 use crate::error::{Error, Reason, Result};
-use crate::redis::connection::RedisConnection;
+use crate::redis::connection::{RedisConnection, RedisEndpoint};
 use crate::table::TableName;
 use crate::telemetry::metrics;
 
@@ -63,7 +63,7 @@ impl Findings {
 /// The checks, with the Redis connection they keep between rounds.
 pub struct Probe {
     pool: PgPool,
-    redis: redis::Client,
+    redis: RedisEndpoint,
     con: Option<RedisConnection>,
     table_sql: String,
     probe_key: String,
@@ -75,14 +75,14 @@ impl Probe {
     /// `namespace`; each check is bounded by `timeout`.
     pub fn new(
         pool: PgPool,
-        redis: redis::Client,
+        redis: impl Into<RedisEndpoint>,
         table: &TableName,
         namespace: &str,
         timeout: Duration,
     ) -> Self {
         Probe {
             pool,
-            redis,
+            redis: redis.into(),
             con: None,
             // Fails with undefined_table when the outbox is missing; says whether this
             // session could write (not a hot standby, not a read-only default).
@@ -161,10 +161,17 @@ impl Probe {
             self.con = Some(con);
         }
         let con = self.con.as_mut().expect("connected above");
-        tokio::time::timeout(timeout, crate::redis::probe::writable(con, &self.probe_key))
-            .await
-            .map_err(|_| timed_out())?
-            .map_err(Error::Redis)
+        let found =
+            tokio::time::timeout(timeout, crate::redis::probe::writable(con, &self.probe_key))
+                .await
+                .map_err(|_| timed_out())?
+                .map_err(Error::Redis);
+        if matches!(&found, Err(e) if e.reason() == Reason::ReadOnly) {
+            // A replica (the primary moved, or the name now points elsewhere): the next round
+            // connects anew, as the workers do.
+            con.reconnect();
+        }
+        found
     }
 }
 
