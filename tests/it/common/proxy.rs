@@ -29,6 +29,8 @@ struct State {
     mode: Mode,
     /// Bumped by [`Proxy::cut`]: connections opened before the bump are closed.
     cuts: u64,
+    /// Where new connections go ([`Proxy::redirect`]); live ones stay where they went.
+    upstream: SocketAddr,
     closed: bool,
 }
 
@@ -49,6 +51,7 @@ impl Proxy {
         let (state, rx) = watch::channel(State {
             mode: Mode::Forward,
             cuts: 0,
+            upstream,
             closed: false,
         });
         let accepted = Arc::new(AtomicU64::new(0));
@@ -58,7 +61,7 @@ impl Proxy {
                 .enable_all()
                 .build()
                 .expect("proxy runtime");
-            rt.block_on(accept_loop(std_listener, upstream, rx, counter));
+            rt.block_on(accept_loop(std_listener, rx, counter));
         });
         Proxy {
             port,
@@ -94,6 +97,12 @@ impl Proxy {
         self.state.send_modify(|s| s.cuts += 1);
     }
 
+    /// Sends new connections to `upstream` from now on (a virtual IP or a DNS name that moves);
+    /// live connections stay with the old one.
+    pub fn redirect(&self, upstream: SocketAddr) {
+        self.state.send_modify(|s| s.upstream = upstream);
+    }
+
     /// Connections accepted so far (in any mode).
     pub fn accepted(&self) -> u64 {
         self.accepted.load(Ordering::SeqCst)
@@ -111,7 +120,6 @@ impl Drop for Proxy {
 
 async fn accept_loop(
     listener: std::net::TcpListener,
-    upstream: SocketAddr,
     mut state: watch::Receiver<State>,
     accepted: Arc<AtomicU64>,
 ) {
@@ -132,7 +140,7 @@ async fn accept_loop(
                     drop(client);
                     continue;
                 }
-                conns.spawn(serve(client, upstream, state.clone(), now.cuts));
+                conns.spawn(serve(client, now.upstream, state.clone(), now.cuts));
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
