@@ -397,8 +397,11 @@ impl ConnectionLike for RedisConnection {
             Inner::Direct(d) => {
                 let d = d.clone();
                 Box::pin(async move {
-                    d.request(|mut con| async move { con.send_packed_command(cmd).await })
-                        .await
+                    d.request(
+                        |mut con| async move { con.send_packed_command(cmd).await },
+                        server_error,
+                    )
+                    .await
                 })
             }
         }
@@ -415,9 +418,10 @@ impl ConnectionLike for RedisConnection {
             Inner::Direct(d) => {
                 let d = d.clone();
                 Box::pin(async move {
-                    d.request(|mut con| async move {
-                        con.send_packed_commands(cmd, offset, count).await
-                    })
+                    d.request(
+                        |mut con| async move { con.send_packed_commands(cmd, offset, count).await },
+                        |answers: &Vec<Value>| answers.iter().find_map(server_error),
+                    )
                     .await
                 })
             }
@@ -445,6 +449,14 @@ impl ConnectionLike for RedisConnection {
 /// Redis came back. One more try tells that stale connection from an outage that goes on.
 pub fn is_broken_connection(e: &redis::RedisError) -> bool {
     redis_reason(e) == Reason::Unreachable
+}
+
+/// The error an answer is, if it is one.
+fn server_error(v: &Value) -> Option<RedisError> {
+    match v {
+        Value::ServerError(e) => Some(e.clone().into()),
+        _ => None,
+    }
 }
 
 /// Whether `e` is an answer that only a replica gives (`READONLY`, `MASTERDOWN`): the request
@@ -492,7 +504,15 @@ struct Current {
 impl Direct {
     /// Runs `send` on the current connection (a new one if it was dropped), once more when it
     /// finds the connection broken, or, having reached a replica, on a new connection.
-    async fn request<T, F, Fut>(&self, send: F) -> RedisResult<T>
+    ///
+    /// Redis's answers that are errors come back as `Ok` values holding a
+    /// `Value::ServerError` (redis-rs turns them into `Err` later): `errors` finds them in
+    /// an answer.
+    async fn request<T, F, Fut>(
+        &self,
+        send: F,
+        errors: impl Fn(&T) -> Option<RedisError>,
+    ) -> RedisResult<T>
     where
         F: Fn(ConnectionManager) -> Fut,
         Fut: std::future::Future<Output = RedisResult<T>>,
@@ -505,28 +525,33 @@ impl Direct {
             }
             other => other,
         };
-        let Err(e) = &result else {
-            return result;
+        // (whether the answer is a replica's, whether the primary may have moved)
+        let verdict = |r: &RedisResult<T>| {
+            let judge = |e: &RedisError| (is_replica_answer(e), self.loses_primary(e));
+            match r {
+                Err(e) => judge(e),
+                Ok(answer) => errors(answer).map(|e| judge(&e)).unwrap_or_default(),
+            }
         };
-        if is_replica_answer(e) {
-            // A replica refuses before it writes anything: the same request goes to whatever
-            // is the primary now, on a new connection.
-            tracing::debug!(error = %e, "redis answered as a replica; reconnecting");
-            self.invalidate(generation);
-            let (con, _) = self.manager().await?;
-            let again = send(con).await;
-            if let Err(e) = &again {
-                if self.loses_primary(e) {
-                    let generation = self.current.lock().expect("not poisoned").generation;
+        match verdict(&result) {
+            (true, _) => {
+                // A replica refuses before it writes anything: the same request goes to
+                // whatever is the primary now, on a new connection.
+                tracing::debug!("redis answered as a replica; reconnecting");
+                self.invalidate(generation);
+                let (con, generation) = self.manager().await?;
+                let again = send(con).await;
+                if verdict(&again).1 {
                     self.invalidate(generation);
                 }
+                again
             }
-            return again;
+            (false, true) => {
+                self.invalidate(generation);
+                result
+            }
+            (false, false) => result,
         }
-        if self.loses_primary(e) {
-            self.invalidate(generation);
-        }
-        result
     }
 
     /// Whether, after `e`, the next request should connect anew: with Sentinels, whenever

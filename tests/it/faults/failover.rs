@@ -170,6 +170,19 @@ async fn redis_cmd(url: &str, args: &[&str]) {
     let _: redis::Value = cmd.query_async(&mut con).await.unwrap();
 }
 
+async fn info_replication(url: &str) -> String {
+    let mut con = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut con)
+        .await
+        .unwrap()
+}
+
 async fn role(url: &str) -> String {
     let mut con = redis::Client::open(url)
         .unwrap()
@@ -267,6 +280,12 @@ async fn a_plain_url_leaves_a_demoted_primary_for_the_new_one(pool: PgPool) {
     )
     .await;
 
+    let bu0 = b.url();
+    let bu0 = &bu0;
+    wait_until("B is in sync with A", Duration::from_secs(30), || async move {
+        info_replication(bu0).await.contains("master_link_status:up")
+    })
+    .await;
     // The switch, as an operator makes it: FAILOVER on A pauses its writers until B has
     // caught up, then makes B the primary and A its replica; then new connections go to B.
     redis_cmd(&a.url(), &["FAILOVER", "TO", "127.0.0.1", &b.port.to_string()]).await;
