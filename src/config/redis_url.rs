@@ -78,9 +78,7 @@ fn single(url: &str, ca_pem: Option<&[u8]>) -> Result<RedisEndpoint, String> {
             },
         ),
     };
-    client
-        .map(RedisEndpoint::from)
-        .map_err(|e| e.to_string())
+    client.map(RedisEndpoint::from).map_err(|e| e.to_string())
 }
 
 /// A URL split into its parts: userinfo, hosts, path, query.
@@ -171,7 +169,8 @@ fn host_port(s: &str, default_port: u16) -> Result<(String, u16), String> {
 }
 
 fn decode(s: &str, what: &str) -> Result<String, String> {
-    percent_encoding_decode(s).ok_or_else(|| format!("the {what} is not valid percent-encoded UTF-8"))
+    percent_encoding_decode(s)
+        .ok_or_else(|| format!("the {what} is not valid percent-encoded UTF-8"))
 }
 
 fn percent_encoding_decode(s: &str) -> Option<String> {
@@ -286,10 +285,7 @@ mod tests {
     fn topologies() {
         assert_eq!(topology("redis://h"), Some(Topology::Single));
         assert_eq!(topology("REDISS://h"), Some(Topology::Single));
-        assert_eq!(
-            topology("redis+sentinel://h/m"),
-            Some(Topology::Sentinel)
-        );
+        assert_eq!(topology("redis+sentinel://h/m"), Some(Topology::Sentinel));
         assert_eq!(topology("rediss+cluster://h:1"), Some(Topology::Cluster));
         assert_eq!(topology("postgres://h"), None);
     }
@@ -313,7 +309,10 @@ mod tests {
             ("redis+sentinel://s1,,s2/m", "a host is missing"),
             ("redis+sentinel://s1:0/m", "not a port"),
             ("redis+sentinel://s1:x/m", "not a port"),
-            ("redis+sentinel://s1/m?master=m", "unknown parameter `master`"),
+            (
+                "redis+sentinel://s1/m?master=m",
+                "unknown parameter `master`",
+            ),
         ] {
             let e = endpoint(url, None).err().unwrap_or_default();
             assert!(e.contains(says), "{url}: {e}");

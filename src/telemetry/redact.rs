@@ -51,16 +51,14 @@ fn is_password_key(k: &str) -> bool {
 /// The query of a URL that does not parse as one (a list of hosts, say), passwords masked.
 fn masked_query(query: &str) -> String {
     url::form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(
-            url::form_urlencoded::parse(query.as_bytes()).map(|(k, v)| {
-                let v = if is_password_key(&k) {
-                    MASK.to_owned()
-                } else {
-                    v.into_owned()
-                };
-                (k.into_owned(), v)
-            }),
-        )
+        .extend_pairs(url::form_urlencoded::parse(query.as_bytes()).map(|(k, v)| {
+            let v = if is_password_key(&k) {
+                MASK.to_owned()
+            } else {
+                v.into_owned()
+            };
+            (k.into_owned(), v)
+        }))
         .finish()
 }
 

@@ -105,7 +105,12 @@ async fn cluster_drain_through_a_slot_migration_conveyor_layout(pool: PgPool) {
 #[tokio::test]
 async fn a_cluster_namespace_without_a_hash_tag_is_refused_at_start() {
     let nowhere = format!("redis+cluster://127.0.0.1:{}", free_port());
-    for (ns, layout) in [("app:", "jobrelay"), ("", "jobrelay"), ("{}app:", "jobrelay"), ("conv:", "conveyor")] {
+    for (ns, layout) in [
+        ("app:", "jobrelay"),
+        ("", "jobrelay"),
+        ("{}app:", "jobrelay"),
+        ("conv:", "conveyor"),
+    ] {
         let (code, out, err) = run_relay(
             &["check"],
             &[

@@ -13,7 +13,12 @@ use crate::common::sentinel::SentinelGroup;
 /// What the servers enforce in the exactly-once tests: a primary refuses writes (NOREPLICAS)
 /// unless a replica acknowledged its stream within 10 s, so a primary cut off by a failover
 /// stops taking the relay's writes as soon as its replica leaves it.
-const MIN_REPLICAS: [&str; 4] = ["--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"];
+const MIN_REPLICAS: [&str; 4] = [
+    "--min-replicas-to-write",
+    "1",
+    "--min-replicas-max-lag",
+    "10",
+];
 
 /// Inserts `per_tick` rows every `tick` into queue `default` until stopped; the uuids it
 /// inserted are in `uuids`.
@@ -140,14 +145,20 @@ async fn failover_run(pool: &PgPool, kind: Failover, server_args: &[&str]) -> Ru
     )
     .await;
     let followed_after = started.elapsed();
-    println!("{kind:?}: the relay wrote to the new primary {followed_after:?} after the failover began");
+    println!(
+        "{kind:?}: the relay wrote to the new primary {followed_after:?} after the failover began"
+    );
     tokio::time::sleep(Duration::from_secs(8)).await;
     let inserted = inserter.finish().await;
     wait_pending_at_most(pool, 0, Duration::from_secs(120)).await;
     assert!(relay.running());
     let (code, _) = relay.terminate(Duration::from_secs(30)).await;
     assert_eq!(code, Some(0));
-    let in_redis = list_uuids(&Namespace::on(&new_url).with_prefix(&ns.prefix), "queue:default").await;
+    let in_redis = list_uuids(
+        &Namespace::on(&new_url).with_prefix(&ns.prefix),
+        "queue:default",
+    )
+    .await;
     let tally = tally(&inserted, &in_redis, &HashSet::new());
     print_health(&log_lines(&logs.files()));
     Run {
@@ -196,7 +207,9 @@ async fn role(url: &str) -> String {
 async fn llen_at(url: &str, key: &str) -> usize {
     let Ok(Ok(mut con)) = tokio::time::timeout(
         Duration::from_secs(2),
-        redis::Client::open(url).unwrap().get_multiplexed_async_connection(),
+        redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection(),
     )
     .await
     else {
@@ -217,7 +230,12 @@ async fn sentinel_failover_is_followed_and_every_job_arrives_once(pool: PgPool) 
     run.tally.assert_exactly_once();
     assert_eq!(run.tally.relayed, run.inserted);
     assert_eq!(dead_count(&pool).await, 0);
-    figures("sentinel_failover", run.tally.relayed, 0, run.tally.lost.len());
+    figures(
+        "sentinel_failover",
+        run.tally.relayed,
+        0,
+        run.tally.lost.len(),
+    );
     println!("followed after {:?}", run.followed_after);
 }
 
@@ -282,13 +300,23 @@ async fn a_plain_url_leaves_a_demoted_primary_for_the_new_one(pool: PgPool) {
 
     let bu0 = b.url();
     let bu0 = &bu0;
-    wait_until("B is in sync with A", Duration::from_secs(30), || async move {
-        info_replication(bu0).await.contains("master_link_status:up")
-    })
+    wait_until(
+        "B is in sync with A",
+        Duration::from_secs(30),
+        || async move {
+            info_replication(bu0)
+                .await
+                .contains("master_link_status:up")
+        },
+    )
     .await;
     // The switch, as an operator makes it: FAILOVER on A pauses its writers until B has
     // caught up, then makes B the primary and A its replica; then new connections go to B.
-    redis_cmd(&a.url(), &["FAILOVER", "TO", "127.0.0.1", &b.port.to_string()]).await;
+    redis_cmd(
+        &a.url(),
+        &["FAILOVER", "TO", "127.0.0.1", &b.port.to_string()],
+    )
+    .await;
     wait_until("A is B's replica", Duration::from_secs(30), || async move {
         role(au).await == "slave"
     })
@@ -305,7 +333,10 @@ async fn a_plain_url_leaves_a_demoted_primary_for_the_new_one(pool: PgPool) {
         || async move { llen_at(bu, k).await > floor + 100 },
     )
     .await;
-    println!("the relay wrote to the new primary {:?} after the switch", switched.elapsed());
+    println!(
+        "the relay wrote to the new primary {:?} after the switch",
+        switched.elapsed()
+    );
     let inserted = inserter.finish().await;
     wait_pending_at_most(&pool, 0, Duration::from_secs(60)).await;
     let (code, _) = relay.terminate(Duration::from_secs(30)).await;
