@@ -120,6 +120,20 @@ async fn failover_run(pool: &PgPool, kind: Failover, server_args: &[&str]) -> Ru
     )
     .await;
     let new = group.named_primary().await.unwrap();
+    // The relay moves to it within seconds, whether or not the new primary takes writes yet
+    // (with min-replicas-to-write it refuses them until a replica follows it).
+    let files = logs.files();
+    let files = &files;
+    wait_until(
+        "the relay connects to the new primary",
+        Duration::from_secs(8),
+        || async move {
+            log_lines(files).iter().any(|l| {
+                message(l) == "redis primary moved (named by the sentinels); writing to the new one"
+            })
+        },
+    )
+    .await;
     println!(
         "{kind:?}: the sentinels named 127.0.0.1:{new} after {:?} ({before} jobs on the old primary)",
         started.elapsed()
