@@ -37,6 +37,19 @@ async fn drain_through_a_slot_migration(pool: &PgPool, layout: &str) {
     let from = cluster.owner_of(slot).await;
     let to = (from + 1) % cluster.nodes.len();
     let db = database_url_of(pool).await;
+    // `check` sees a writable primary for the namespace's slot.
+    let (code, out, err) = run_relay(
+        &["check"],
+        &[
+            ("DATABASE_URL", db.as_str()),
+            ("REDIS_URL", &cluster.url()),
+            ("JOBRELAY_NAMESPACE", &prefix),
+            ("JOBRELAY_LAYOUT", layout),
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("redis: ok"), "{out}");
     let inserted = insert_bulk(pool, ROWS).await;
     let mut logs = Logs::new();
     let mut relay = logs.start(&db, &cluster.url(), &ns, &["--layout", layout]);

@@ -86,6 +86,18 @@ async fn failover_run(pool: &PgPool, kind: Failover, server_args: &[&str]) -> Ru
     let old = group.named_primary().await.expect("a primary is named");
     let ns = Namespace::on(&group.servers[group.index_of(old)].url());
     let db = database_url_of(pool).await;
+    // `check` finds the primary through the Sentinels.
+    let (code, out, err) = run_relay(
+        &["check"],
+        &[
+            ("DATABASE_URL", db.as_str()),
+            ("REDIS_URL", &group.url()),
+            ("JOBRELAY_NAMESPACE", &ns.prefix),
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("redis: ok"), "{out}");
     let mut logs = Logs::new();
     let mut relay = logs.start(&db, &group.url(), &ns, &["--push-timeout", "2s"]);
     let inserter = Inserter::start(pool, 20, Duration::from_millis(100));
