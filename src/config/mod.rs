@@ -5,6 +5,7 @@
 //! The environment is read through a function, so tests never touch the process environment.
 
 pub mod cli;
+pub mod redis_url;
 mod source;
 
 pub use self::source::OPTIONS;
@@ -206,6 +207,20 @@ impl Config {
                     "{namespace:?} cannot match a conveyor worker: with --layout conveyor, give \
                      conveyor's namespace followed by ':' (conveyor's default namespace is \
                      \"conv\": --namespace conv:)"
+                ),
+            });
+        }
+        if redis_url::topology(&redis_url) == Some(crate::redis::connection::Topology::Cluster)
+            && !redis_url::namespace_is_one_slot(&namespace)
+        {
+            // A script call touches many keys; a Cluster runs it only if all of them are in
+            // one hash slot, which a hash tag in the namespace guarantees.
+            return Err(ConfigError {
+                culprit: src.origin_of("namespace").to_string(),
+                reason: format!(
+                    "{namespace:?} cannot keep the relay's keys in one hash slot of a Redis \
+                     Cluster: put a hash tag in it, e.g. --namespace '{{jobs}}:' (with --layout \
+                     conveyor, conveyor's namespace in braces: --namespace '{{conv}}:')"
                 ),
             });
         }
@@ -455,15 +470,16 @@ impl Config {
             .with_limits(self.max_job_size, self.batch_max_bytes)
     }
 
-    /// A Redis client for `--redis-url`, trusting `--redis-ca-file` when given.
-    pub fn redis_client(&self) -> Result<redis::Client, ConfigError> {
-        let client = match &self.redis_ca_file {
-            None => redis::Client::open(self.redis_url.expose()),
-            Some(ca) => redis_tls_client(self.redis_url.expose(), ca.pem()),
-        };
-        client.map_err(|e| ConfigError {
+    /// The Redis endpoint `--redis-url` names (one server, the Sentinels' primary, or a
+    /// Cluster), trusting `--redis-ca-file` when given.
+    pub fn redis_client(&self) -> Result<crate::redis::connection::RedisEndpoint, ConfigError> {
+        redis_url::endpoint(
+            self.redis_url.expose(),
+            self.redis_ca_file.as_ref().map(|ca| ca.pem()),
+        )
+        .map_err(|e| ConfigError {
             culprit: "--redis-url".into(),
-            reason: format!("{}: {}", self.redis_url, redact::scrub(&e.to_string())),
+            reason: format!("{}: {}", self.redis_url, redact::scrub(&e)),
         })
     }
 }
@@ -537,26 +553,18 @@ fn check_database_url(url: &str, origin: &Origin) -> Result<(), ConfigError> {
 }
 
 fn check_redis_url(url: &str, origin: &Origin) -> Result<(), ConfigError> {
-    redis::Client::open(url)
+    redis_url::endpoint(url, None)
         .map(|_| ())
         .map_err(|e| ConfigError {
             culprit: origin.to_string(),
             reason: format!(
-                "{} is not a Redis URL (redis://[user:password@]host:6379[/db] or rediss://): {}",
+                "{} is not a Redis URL (redis://[user:password@]host:6379[/db], rediss://, \
+                 redis+sentinel://host:26379[,host...]/<master name>[/db], \
+                 redis+cluster://host:port[,host:port...]): {}",
                 redact::redact_url(url),
-                redact::scrub(&e.to_string())
+                redact::scrub(&e)
             ),
         })
-}
-
-fn redis_tls_client(url: &str, ca_pem: &[u8]) -> redis::RedisResult<redis::Client> {
-    redis::Client::build_with_tls(
-        url,
-        redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(ca_pem.to_vec()),
-        },
-    )
 }
 
 /// Reads and checks `--redis-ca-file`: PEM certificates, for a `rediss://` URL.
@@ -571,14 +579,15 @@ fn read_ca_file(path: &str, origin: &Origin, redis_url: &str) -> Result<CaFile, 
             "{path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
         )));
     }
-    if !redis_url.starts_with("rediss://") {
+    if !redis_url::is_tls(redis_url) {
         return Err(bad(format!(
-            "a CA file only applies to TLS, but the Redis URL {} is not rediss://",
+            "a CA file only applies to TLS, but the Redis URL {} is not rediss:// (or \
+             rediss+sentinel://, rediss+cluster://)",
             redact::redact_url(redis_url)
         )));
     }
-    redis_tls_client(redis_url, &pem)
-        .map_err(|e| bad(format!("{path}: {}", redact::scrub(&e.to_string()))))?;
+    redis_url::endpoint(redis_url, Some(&pem))
+        .map_err(|e| bad(format!("{path}: {}", redact::scrub(&e))))?;
     Ok(CaFile {
         path: PathBuf::from(path),
         pem,

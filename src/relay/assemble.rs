@@ -11,7 +11,7 @@ use tokio_util::task::TaskTracker;
 use super::health::{Dependency, Health};
 use super::{probe, supervise, RelaySettings};
 use crate::backoff::Backoff;
-use crate::redis::connection::{self, RedisConnection};
+use crate::redis::connection::{self, RedisConnection, RedisEndpoint};
 use crate::redis::enqueue::Enqueuer;
 use crate::redis::probe::RedisSafety;
 use crate::redis::sink::RedisSink;
@@ -27,8 +27,8 @@ pub struct Assembly {
     pub pool: PgPool,
     /// The listener and the wake-up lock (connections of their own).
     pub wakeup: super::Wakeup,
-    /// The Redis server.
-    pub redis: redis::Client,
+    /// The Redis server, Sentinel group or Cluster.
+    pub redis: RedisEndpoint,
     /// The layout, namespace, marker TTL and size limits.
     pub enqueuer: Enqueuer,
     /// Bound on one push while rows are locked (and on connecting).
@@ -111,7 +111,7 @@ impl Assembly {
 
 /// Connects to Redis, retrying with backoff until `shutdown`.
 async fn connect(
-    client: &redis::Client,
+    client: &RedisEndpoint,
     timeout: Duration,
     health: &Health,
     shutdown: &CancellationToken,

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::health::{Dependency, Health};
 use crate::error::{Error, LockHolder, Reason, Result};
-use crate::redis::connection::RedisConnection;
+use crate::redis::connection::{RedisConnection, RedisEndpoint};
 use crate::redis::probe::{Eviction, RedisSafety};
 use crate::table::TableName;
 use crate::telemetry::metrics;
@@ -100,7 +100,7 @@ impl Findings {
 /// The checks, with the Redis connection they keep between rounds.
 pub struct Probe {
     pool: PgPool,
-    redis: redis::Client,
+    redis: RedisEndpoint,
     con: Option<RedisConnection>,
     table_sql: String,
     /// The outbox and its dead letters, quoted.
@@ -162,14 +162,14 @@ impl Probe {
     /// `namespace`; each check is bounded by `timeout`.
     pub fn new(
         pool: PgPool,
-        redis: redis::Client,
+        redis: impl Into<RedisEndpoint>,
         table: &TableName,
         namespace: &str,
         timeout: Duration,
     ) -> Self {
         Probe {
             pool,
-            redis,
+            redis: redis.into(),
             con: None,
             // Fails with undefined_table when the outbox is missing; says whether this
             // session could write (not a hot standby, not a read-only default).
@@ -384,12 +384,18 @@ impl Probe {
             self.con = Some(con);
         }
         let con = self.con.as_mut().expect("connected above");
-        tokio::time::timeout(
+        let found = tokio::time::timeout(
             bound,
             crate::redis::probe::writable(con, &self.probe_key, &self.safety),
         )
         .await
-        .map_err(|_| timed_out())?
+        .map_err(|_| timed_out())?;
+        if matches!(&found, Err(e) if e.reason() == Reason::ReadOnly) {
+            // A replica (the primary moved, or the name now points elsewhere): the next round
+            // connects anew, as the workers do.
+            con.reconnect();
+        }
+        found
     }
 }
 

@@ -22,7 +22,7 @@ pub const REPAIR_LIMIT: usize = 100;
 /// call hit its limit). Failures back off quietly: the workers report Redis outages.
 pub async fn repair(
     enqueuer: Enqueuer,
-    client: redis::Client,
+    client: crate::redis::connection::RedisEndpoint,
     timeout: Duration,
     shutdown: CancellationToken,
 ) {
@@ -58,7 +58,7 @@ pub async fn repair(
 /// One call, on `con` (connected first if `None`).
 async fn step(
     enqueuer: &Enqueuer,
-    client: &redis::Client,
+    client: &crate::redis::connection::RedisEndpoint,
     con: &mut Option<crate::redis::connection::RedisConnection>,
     timeout: Duration,
 ) -> crate::Result<u64> {

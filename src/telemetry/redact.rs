@@ -41,6 +41,27 @@ pub fn scrub(text: &str) -> Cow<'_, str> {
     out
 }
 
+/// Whether a query parameter holds a password: `password`, or a name ending in `_password`
+/// (a Sentinel URL's `sentinel_password`).
+fn is_password_key(k: &str) -> bool {
+    let k = k.to_ascii_lowercase();
+    k == "password" || k.ends_with("_password")
+}
+
+/// The query of a URL that does not parse as one (a list of hosts, say), passwords masked.
+fn masked_query(query: &str) -> String {
+    url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(url::form_urlencoded::parse(query.as_bytes()).map(|(k, v)| {
+            let v = if is_password_key(&k) {
+                MASK.to_owned()
+            } else {
+                v.into_owned()
+            };
+            (k.into_owned(), v)
+        }))
+        .finish()
+}
+
 /// Registers the password of a URL (userinfo or a `password` query parameter) as a secret.
 /// Text without `://` is not a URL at all (a bare password given in the wrong place, or a secret
 /// file holding something else): all of it is registered.
@@ -55,12 +76,24 @@ pub fn register_url(url: &str) {
             }
         }
         for (k, v) in u.query_pairs() {
-            if k.eq_ignore_ascii_case("password") {
+            if is_password_key(&k) {
                 register(&v);
             }
         }
-    } else if let Some(p) = naive_password(url) {
-        register(p);
+    } else {
+        if let Some(p) = naive_password(url) {
+            register(p);
+            if let Ok(decoded) = percent_decode(p) {
+                register(&decoded);
+            }
+        }
+        if let Some((_, query)) = url.split_once('?') {
+            for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+                if is_password_key(&k) {
+                    register(&v);
+                }
+            }
+        }
     }
 }
 
@@ -80,13 +113,11 @@ pub fn redact_url(url: &str) -> String {
             if u.password().is_some() {
                 let _ = u.set_password(Some(MASK));
             }
-            if u.query_pairs()
-                .any(|(k, _)| k.eq_ignore_ascii_case("password"))
-            {
+            if u.query_pairs().any(|(k, _)| is_password_key(&k)) {
                 let pairs: Vec<(String, String)> = u
                     .query_pairs()
                     .map(|(k, v)| {
-                        let v = if k.eq_ignore_ascii_case("password") {
+                        let v = if is_password_key(&k) {
                             MASK.to_owned()
                         } else {
                             v.into_owned()
@@ -98,10 +129,20 @@ pub fn redact_url(url: &str) -> String {
             }
             u.to_string()
         }
-        Err(_) => match (url.find("://"), url.rfind('@')) {
-            (Some(s), Some(a)) if a > s => format!("{}{MASK}{}", &url[..s + 3], &url[a..]),
-            _ => url.to_owned(),
-        },
+        Err(_) => {
+            let (base, query) = match url.split_once('?') {
+                Some((b, q)) => (b, Some(q)),
+                None => (url, None),
+            };
+            let base = match (base.find("://"), base.rfind('@')) {
+                (Some(s), Some(a)) if a > s => format!("{}{MASK}{}", &base[..s + 3], &base[a..]),
+                _ => base.to_owned(),
+            };
+            match query {
+                Some(q) => format!("{base}?{}", masked_query(q)),
+                None => base,
+            }
+        }
     }
 }
 
@@ -137,6 +178,21 @@ mod tests {
         assert_eq!(
             redact_url("postgres:///db?host=/run/pg"),
             "postgres:///db?host=/run/pg"
+        );
+    }
+
+    #[test]
+    fn sentinel_and_cluster_urls_lose_their_passwords() {
+        let url = "redis+sentinel://app:Srv-Pw-1@s1:26379,s2:26379/mymaster?sentinel_password=Snt-Pw-2&sentinel_username=snt";
+        assert_eq!(
+            redact_url(url),
+            "redis+sentinel://***@s1:26379,s2:26379/mymaster?sentinel_password=***&sentinel_username=snt"
+        );
+        register_url(url);
+        assert_eq!(scrub("Srv-Pw-1 Snt-Pw-2"), "*** ***");
+        assert_eq!(
+            redact_url("redis+cluster://:pw@a:7000,b:7001"),
+            "redis+cluster://***@a:7000,b:7001"
         );
     }
 

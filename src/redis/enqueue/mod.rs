@@ -101,7 +101,9 @@ impl Enqueuer {
         let Some(script) = &self.repair else {
             return Ok(0);
         };
+        // The watch set, declared: a Redis Cluster routes the call by it (conveyor_repair.lua).
         Ok(script
+            .key(format!("{}jobrelay:watch", self.namespace))
             .arg(&self.namespace)
             .arg(grace.as_millis() as u64)
             .arg(limit)

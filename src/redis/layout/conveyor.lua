@@ -1,12 +1,12 @@
 -- jobrelay enqueue script, conveyor layout (docs/layouts.md): conveyor's AddJob for a batch of
 -- jobs, in one atomic call, with a dedup marker of jobrelay's own and late children set free.
 --
+-- KEYS     2 per job: marker key (<ns>jobrelay:job:<uuid>), queue key (<ns>queue:<queue>)
+--          (declared for a Redis Cluster's routing and slot migrations, as in jobrelay.lua)
 -- ARGV[1]  key namespace, a raw prefix ("conv:" is conveyor's namespace "conv")
 -- ARGV[2]  dedup marker TTL in milliseconds ("0": the marker never expires)
--- then 5 values per job:
---   marker key (<ns>jobrelay:job:<uuid>), queue key (<ns>queue:<queue>), route, the job's
---   bytes (wire.Job), and for a child or an heir its bytes with parent_uuid and
---   predecessor_uuid cleared ("" otherwise)
+-- then 3 values per job: route, the job's bytes (wire.Job), and for a child or an heir its
+--   bytes with parent_uuid and predecessor_uuid cleared ("" otherwise)
 -- where route is "" for a job with no parent, no predecessor, no run_at and dead_parent false,
 -- and otherwise
 --   <dead_parent "1"/"0">|<parent uuid or "">|<predecessor uuid or "">|<run_at exact>|<run_at whole>
@@ -42,8 +42,8 @@
 -- once the record is gone.
 local ns = ARGV[1]
 local ttl = ARGV[2]
-local FIELDS = 5
-local n = (#ARGV - 2) / FIELDS
+local FIELDS = 3
+local n = #KEYS / 2
 local NO_ANCHOR = string.rep('-', 36)
 local MARKER_INFIX = 'jobrelay:job:'
 local WATCH = ns .. 'jobrelay:watch'
@@ -59,7 +59,7 @@ local result = {}
 
 local marker_of = {}
 for i = 0, n - 1 do
-  marker_of[i + 1] = ARGV[2 + i * FIELDS + 1]
+  marker_of[i + 1] = KEYS[2 * i + 1]
 end
 local some_exist = any_exists(marker_of, n)
 
@@ -131,7 +131,7 @@ end
 for i = 0, n - 1 do
   local b = 2 + i * FIELDS
   local marker, queue_key, route, job, alone =
-    ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
+    KEYS[2 * i + 1], KEYS[2 * i + 2], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   if seen[marker] or (some_exist and redis.call('EXISTS', marker) == 1) then
     result[i + 1] = 5
   else

@@ -80,9 +80,9 @@ impl Layout for Conveyor {
         Conveyor::message(job, true).encode(buf)
     }
 
-    /// Five arguments: the marker key, the queue key, the route, the job's bytes, and for a
-    /// child or an heir its bytes as a job of its own (parent and predecessor cleared), used if
-    /// it turns out late; `""` otherwise. The route is empty for a job with no parent, no
+    /// Two keys, the marker key and the queue key, and three arguments: the route, the job's
+    /// bytes, and for a child or an heir its bytes as a job of its own (parent and predecessor
+    /// cleared), used if it turns out late; `""` otherwise. The route is empty for a job with no parent, no
     /// predecessor and no `run_at`; otherwise `<dead_parent 1/0>|<parent>|<predecessor>|<run_at
     /// exact seconds>|<run_at whole seconds>` (conveyor scores whole seconds, and compares the
     /// exact instant with now).

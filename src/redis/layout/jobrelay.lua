@@ -1,15 +1,19 @@
 -- jobrelay enqueue script, jobrelay layout (docs/layouts.md#the-enqueue-algorithm): the
 -- algorithm for a batch of jobs, in one atomic call. Helpers: prelude.lua, prepended.
 --
+-- KEYS     2 per job: marker key (<ns>jobs:<uuid>), queue key (<ns>queue:<queue>)
 -- ARGV[1]  key namespace (may be empty)
 -- ARGV[2]  dedup marker TTL in milliseconds ("0": the marker never expires)
--- then 4 values per job:
---   marker key (<ns>jobs:<uuid>), queue key (<ns>queue:<queue>), route, marshalled job
+-- then 2 values per job: route, marshalled job
 -- where route is "" for a job with no parent, no predecessor, no run_at and dead_parent false
 -- (the common case: no parsing here), and otherwise
 --   <dead_parent "1"/"0">|<parent uuid or "">|<predecessor uuid or "">|<run_at score or "">
 -- (score: epoch seconds, decimal). The client builds the keys: fewer arguments and no string
 -- concatenation per job (measured: the per-job Lua work is most of the script's cost).
+-- The keys every job names are declared (KEYS): a Redis Cluster routes the call by them, and
+-- while their slot migrates it answers TRYAGAIN or ASK instead of running a call that would
+-- write on the wrong side (a new job's marker exists on neither side yet). The other keys are
+-- built here, under the same namespace, in the same slot (docs/redis.md#cluster).
 --
 -- Returns one element per job, in order: an integer outcome
 --   1 queued, 2 scheduled, 3 children, 4 on_complete, 5 duplicate
@@ -18,8 +22,8 @@
 -- Markers are written last.
 local ns = ARGV[1]
 local ttl = ARGV[2]
-local FIELDS = 4
-local n = (#ARGV - 2) / FIELDS
+local FIELDS = 2
+local n = #KEYS / 2
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -30,13 +34,13 @@ local result = {}
 
 local marker_of = {}
 for i = 0, n - 1 do
-  marker_of[i + 1] = ARGV[2 + i * FIELDS + 1]
+  marker_of[i + 1] = KEYS[2 * i + 1]
 end
 local some_exist = any_exists(marker_of, n)
 
 for i = 0, n - 1 do
   local b = 2 + i * FIELDS
-  local marker, queue_key, route, job = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+  local marker, queue_key, route, job = KEYS[2 * i + 1], KEYS[2 * i + 2], ARGV[b + 1], ARGV[b + 2]
   if seen[marker] or (some_exist and redis.call('EXISTS', marker) == 1) then
     result[i + 1] = 5
   else

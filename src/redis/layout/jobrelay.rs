@@ -38,9 +38,9 @@ impl Layout for Jobrelay {
         job.to_proto().encode(buf)
     }
 
-    /// Four arguments: the marker key, the queue key, the route and the marshalled job. The
-    /// route is empty for the common case (nothing but the queue), which the script takes
-    /// without parsing; see jobrelay.lua.
+    /// Two keys, the marker key and the queue key, and two arguments: the route and the
+    /// marshalled job. The route is empty for the common case (nothing but the queue), which
+    /// the script takes without parsing; see jobrelay.lua.
     fn push_args(
         &self,
         inv: &mut redis::ScriptInvocation<'_>,

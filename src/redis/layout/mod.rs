@@ -77,7 +77,8 @@ impl FromStr for LayoutKind {
 /// One Redis layout: wire encoding, keys and enqueue script.
 ///
 /// The script receives `ARGV[1]` = the namespace, `ARGV[2]` = the marker TTL in milliseconds
-/// (`"0"`: none), then each job's arguments from [`Layout::push_args`], and answers one element per job: an outcome code
+/// (`"0"`: none), then each job's keys and arguments from [`Layout::push_args`] (two keys per
+/// job, its marker and its queue, in `KEYS`), and answers one element per job: an outcome code
 /// ([`crate::Outcome`]) or a string saying why it refused that job (having written nothing for
 /// it).
 pub trait Layout: Send + Sync + fmt::Debug {
@@ -125,9 +126,10 @@ pub trait Layout: Send + Sync + fmt::Debug {
     }
 }
 
-/// Pushes a job's first two script arguments, its marker key `<namespace><marker
-/// infix><uuid>` and its queue key `<namespace>queue:<queue>`, built in `key` (left empty): no
-/// `String` of their own per job.
+/// Declares a job's two keys (`KEYS`), its marker key `<namespace><marker infix><uuid>` and
+/// its queue key `<namespace>queue:<queue>`, built in `key` (left empty): no `String` of their
+/// own per job. Declared, not passed as arguments, so that a Redis Cluster routes the call by
+/// them and refuses it while their slot migrates (docs/redis.md#cluster).
 pub(crate) fn push_keys(
     inv: &mut redis::ScriptInvocation<'_>,
     namespace: &str,
@@ -140,11 +142,11 @@ pub(crate) fn push_keys(
     key.push_str(namespace);
     key.push_str(marker_infix);
     key.push_str(job.uuid.hyphenated().encode_lower(&mut uuid));
-    inv.arg(&*key);
+    inv.key(&*key);
     key.truncate(namespace.len());
     key.push_str("queue:");
     key.push_str(&job.queue);
-    inv.arg(&*key);
+    inv.key(&*key);
     key.clear();
 }
 

@@ -6,12 +6,14 @@
 
 pub mod batch;
 pub mod child;
+pub mod cluster;
 pub mod conveyor;
 pub mod http;
 pub mod pg_server;
 pub mod pgbouncer;
 pub mod proxy;
 pub mod redis_server;
+pub mod sentinel;
 
 use std::future::Future;
 use std::process::Stdio;
@@ -48,6 +50,13 @@ impl Namespace {
             prefix: format!("t{}:", uuid::Uuid::new_v4().simple()),
             url: url.to_owned(),
         }
+    }
+
+    /// This namespace's server with another namespace's `prefix`: e.g. the keys a relay wrote
+    /// under that prefix, read on the server a failover made the primary.
+    pub fn with_prefix(mut self, prefix: &str) -> Self {
+        self.prefix = prefix.to_owned();
+        self
     }
 
     /// `prefix + key`.

@@ -37,6 +37,8 @@ struct State {
     cuts: u64,
     /// Bumped by [`Proxy::blackhole`]: connections opened before the bump are frozen.
     blackholes: u64,
+    /// Where new connections go ([`Proxy::redirect`]); live ones stay where they went.
+    upstream: SocketAddr,
     closed: bool,
 }
 
@@ -58,6 +60,7 @@ impl Proxy {
             mode: Mode::Forward,
             cuts: 0,
             blackholes: 0,
+            upstream,
             closed: false,
         });
         let accepted = Arc::new(AtomicU64::new(0));
@@ -67,7 +70,7 @@ impl Proxy {
                 .enable_all()
                 .build()
                 .expect("proxy runtime");
-            rt.block_on(accept_loop(std_listener, upstream, rx, counter));
+            rt.block_on(accept_loop(std_listener, rx, counter));
         });
         Proxy {
             port,
@@ -113,6 +116,12 @@ impl Proxy {
         self.state.send_modify(|s| s.cuts += 1);
     }
 
+    /// Sends new connections to `upstream` from now on (a virtual IP or a DNS name that moves);
+    /// live connections stay with the old one.
+    pub fn redirect(&self, upstream: SocketAddr) {
+        self.state.send_modify(|s| s.upstream = upstream);
+    }
+
     /// Connections accepted so far (in any mode).
     pub fn accepted(&self) -> u64 {
         self.accepted.load(Ordering::SeqCst)
@@ -130,7 +139,6 @@ impl Drop for Proxy {
 
 async fn accept_loop(
     listener: std::net::TcpListener,
-    upstream: SocketAddr,
     mut state: watch::Receiver<State>,
     accepted: Arc<AtomicU64>,
 ) {
@@ -156,7 +164,7 @@ async fn accept_loop(
                     blackholes: now.blackholes,
                     frozen: now.mode == Mode::Blackhole,
                 };
-                conns.spawn(serve(client, upstream, state.clone(), birth));
+                conns.spawn(serve(client, now.upstream, state.clone(), birth));
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }

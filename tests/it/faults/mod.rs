@@ -14,7 +14,9 @@
 //!   rows the logs miss;
 //! - `lost`: uuids inserted that are neither pending, dead-lettered, nor in Redis. Always 0.
 
+mod cluster;
 mod dead_letters;
+mod failover;
 mod outages;
 mod process;
 

@@ -1,0 +1,176 @@
+//! A private Sentinel group for failover tests: a primary, a replica and three
+//! `redis-sentinel`s on free ports, each in a temporary directory; all five are killed and
+//! their directories removed on drop. Never touches the shared Redis.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::redis_server::RedisServer;
+use super::wait_until;
+
+/// The group's name in the Sentinels' configuration.
+pub const MASTER_NAME: &str = "relaymaster";
+
+/// A primary, a replica, three Sentinels.
+pub struct SentinelGroup {
+    /// The two servers; which one is the primary changes with failovers ([`Self::primary`]).
+    pub servers: [RedisServer; 2],
+    sentinels: Vec<SentinelProcess>,
+}
+
+struct SentinelProcess {
+    port: u16,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for SentinelProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl SentinelGroup {
+    /// Starts the servers (each with `server_args` too, e.g. `min-replicas-to-write`), the
+    /// replica replicating, and three Sentinels (quorum 2, a primary is down after 1 s of
+    /// silence); returns once the Sentinels know the replica and each other.
+    pub async fn start(server_args: &[&str]) -> Self {
+        let primary = RedisServer::start_with(server_args);
+        let primary_port = primary.port.to_string();
+        let mut replica_args: Vec<&str> = server_args.to_vec();
+        replica_args.extend(["--replicaof", "127.0.0.1", &primary_port]);
+        let replica = RedisServer::start_with(&replica_args);
+        let mut sentinels = Vec::new();
+        for _ in 0..3 {
+            let dir = tempfile::tempdir().unwrap();
+            let port = super::free_port();
+            let conf = dir.path().join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
+                     sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2\n\
+                     sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                     sentinel failover-timeout {MASTER_NAME} 10000\n\
+                     sentinel parallel-syncs {MASTER_NAME} 1\n",
+                    dir = dir.path().display()
+                ),
+            )
+            .unwrap();
+            let child = Command::new("redis-server")
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server --sentinel starts");
+            sentinels.push(SentinelProcess {
+                port,
+                child,
+                _dir: dir,
+            });
+        }
+        let group = SentinelGroup {
+            servers: [primary, replica],
+            sentinels,
+        };
+        group.wait_settled().await;
+        group
+    }
+
+    /// `redis+sentinel://127.0.0.1:<p1>,127.0.0.1:<p2>,127.0.0.1:<p3>/relaymaster`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        format!("redis+sentinel://{}/{MASTER_NAME}", hosts.join(","))
+    }
+
+    /// Asks the first Sentinel that answers.
+    pub async fn ask(&self, args: &[&str]) -> redis::RedisResult<redis::Value> {
+        let mut last = None;
+        for s in &self.sentinels {
+            let client = redis::Client::open(format!("redis://127.0.0.1:{}", s.port)).unwrap();
+            let con = tokio::time::timeout(
+                Duration::from_secs(2),
+                client.get_multiplexed_async_connection(),
+            )
+            .await;
+            let Ok(Ok(mut con)) = con else { continue };
+            let mut cmd = redis::cmd(args[0]);
+            for a in &args[1..] {
+                cmd.arg(*a);
+            }
+            match cmd.query_async(&mut con).await {
+                Ok(v) => return Ok(v),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            redis::RedisError::from((redis::ErrorKind::IoError, "no sentinel answers"))
+        }))
+    }
+
+    /// The port the Sentinels name as the primary's.
+    pub async fn named_primary(&self) -> Option<u16> {
+        let v = self
+            .ask(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME])
+            .await
+            .ok()?;
+        let (_, port): (String, u16) = redis::from_redis_value(&v).ok()?;
+        Some(port)
+    }
+
+    /// Index into [`Self::servers`] of the server with `port`.
+    pub fn index_of(&self, port: u16) -> usize {
+        self.servers
+            .iter()
+            .position(|s| s.port == port)
+            .expect("one of the group's servers")
+    }
+
+    /// Waits until every Sentinel knows the replica and the two other Sentinels, and the
+    /// replica's link to the primary is up: a failover can then be asked for.
+    pub async fn wait_settled(&self) {
+        let this = self;
+        wait_until(
+            "the sentinels know the replica and each other, and the replica is in sync",
+            Duration::from_secs(60),
+            || async move { this.settled().await },
+        )
+        .await;
+    }
+
+    async fn settled(&self) -> bool {
+        for s in &self.sentinels {
+            let client = redis::Client::open(format!("redis://127.0.0.1:{}", s.port)).unwrap();
+            let Ok(mut con) = client.get_multiplexed_async_connection().await else {
+                return false;
+            };
+            let replicas: redis::RedisResult<Vec<std::collections::HashMap<String, String>>> =
+                redis::cmd("SENTINEL")
+                    .arg("REPLICAS")
+                    .arg(MASTER_NAME)
+                    .query_async(&mut con)
+                    .await;
+            let ok_replicas = replicas.is_ok_and(|r| {
+                r.iter().any(|m| {
+                    m.get("flags").is_some_and(|f| f == "slave")
+                        && m.get("master-link-status").is_some_and(|l| l == "ok")
+                })
+            });
+            let others: redis::RedisResult<Vec<redis::Value>> = redis::cmd("SENTINEL")
+                .arg("SENTINELS")
+                .arg(MASTER_NAME)
+                .query_async(&mut con)
+                .await;
+            if !ok_replicas || others.map(|o| o.len()).unwrap_or(0) < 2 {
+                return false;
+            }
+        }
+        true
+    }
+}

@@ -1,0 +1,377 @@
+//! Failovers under steady inserts: a relay on a `redis+sentinel://` URL follows the primary the
+//! Sentinels name after `SENTINEL FAILOVER` and after kill -9 of the primary, without a restart;
+//! a relay on a plain URL whose name moves to the new primary leaves the demoted one (READONLY)
+//! for it. With `min-replicas-to-write 1` every job arrives exactly once. An ignored test
+//! measures what is lost without it (docs/redis.md#sentinel).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::*;
+use crate::common::sentinel::SentinelGroup;
+
+/// What the servers enforce in the exactly-once tests: a primary refuses writes (NOREPLICAS)
+/// unless a replica acknowledged its stream within 10 s, so a primary cut off by a failover
+/// stops taking the relay's writes as soon as its replica leaves it.
+const MIN_REPLICAS: [&str; 4] = [
+    "--min-replicas-to-write",
+    "1",
+    "--min-replicas-max-lag",
+    "10",
+];
+
+/// Inserts `per_tick` rows every `tick` into queue `default` until stopped; the uuids it
+/// inserted are in `uuids`.
+struct Inserter {
+    stop: Arc<AtomicBool>,
+    uuids: Arc<Mutex<HashSet<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Inserter {
+    fn start(pool: &PgPool, per_tick: i64, tick: Duration) -> Inserter {
+        let stop = Arc::new(AtomicBool::new(false));
+        let uuids = Arc::new(Mutex::new(HashSet::new()));
+        let (pool, s, u) = (pool.clone(), stop.clone(), uuids.clone());
+        let task = tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(tick);
+            while !s.load(Ordering::SeqCst) {
+                ticker.tick().await;
+                let new: Vec<String> = sqlx::query_scalar(
+                    "INSERT INTO pending_jobs (queue, job_type, payload)
+                     SELECT 'default', 'Steady', convert_to('job-' || i, 'UTF8')
+                     FROM generate_series(1, $1) AS i RETURNING uuid::text",
+                )
+                .bind(per_tick)
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+                u.lock().unwrap().extend(new);
+            }
+        });
+        Inserter { stop, uuids, task }
+    }
+
+    async fn finish(self) -> HashSet<String> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await.unwrap();
+        let uuids = self.uuids.lock().unwrap().clone();
+        uuids
+    }
+}
+
+/// How a failover is brought about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failover {
+    /// `SENTINEL FAILOVER`: the replica is promoted, the old primary demoted later.
+    Graceful,
+    /// kill -9 of the primary; the Sentinels promote the replica; the old primary is
+    /// restarted empty (no persistence) once they have, and becomes the new one's replica.
+    Kill,
+}
+
+/// What one failover run found.
+struct Run {
+    tally: Tally,
+    inserted: usize,
+    /// From the failover's start until the new primary held the relay's first new job.
+    followed_after: Duration,
+}
+
+/// A relay on the group's `redis+sentinel://` URL under 200 rows/s; `kind` of failover after
+/// 3 s; inserts go on until 8 s after the new primary took the relay's first job; then the
+/// drain, and every inserted uuid looked up in the new primary's queue.
+async fn failover_run(pool: &PgPool, kind: Failover, server_args: &[&str]) -> Run {
+    let mut group = SentinelGroup::start(server_args).await;
+    let old = group.named_primary().await.expect("a primary is named");
+    let ns = Namespace::on(&group.servers[group.index_of(old)].url());
+    let db = database_url_of(pool).await;
+    // `check` finds the primary through the Sentinels.
+    let (code, out, err) = run_relay(
+        &["check"],
+        &[
+            ("DATABASE_URL", db.as_str()),
+            ("REDIS_URL", &group.url()),
+            ("JOBRELAY_NAMESPACE", &ns.prefix),
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("redis: ok"), "{out}");
+    let mut logs = Logs::new();
+    let mut relay = logs.start(&db, &group.url(), &ns, &["--push-timeout", "2s"]);
+    let inserter = Inserter::start(pool, 20, Duration::from_millis(100));
+
+    let (nsr, old_url) = (&ns, group.servers[group.index_of(old)].url());
+    let before = {
+        let n = &old_url;
+        wait_until(
+            "the relay writes to the first primary",
+            Duration::from_secs(60),
+            || async move { llen_at(n, &nsr.key("queue:default")).await >= 200 },
+        )
+        .await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        llen_at(&old_url, &ns.key("queue:default")).await
+    };
+    let started = Instant::now();
+    match kind {
+        Failover::Graceful => {
+            group
+                .ask(&["SENTINEL", "FAILOVER", crate::common::sentinel::MASTER_NAME])
+                .await
+                .expect("SENTINEL FAILOVER accepted");
+        }
+        Failover::Kill => group.servers[group.index_of(old)].kill(),
+    }
+    let g = &group;
+    wait_until(
+        "the sentinels name another primary",
+        Duration::from_secs(60),
+        || async move { g.named_primary().await.is_some_and(|p| p != old) },
+    )
+    .await;
+    let new = group.named_primary().await.unwrap();
+    // The relay moves to it within seconds, whether or not the new primary takes writes yet
+    // (with min-replicas-to-write it refuses them until a replica follows it).
+    let files = logs.files();
+    let files = &files;
+    wait_until(
+        "the relay connects to the new primary",
+        Duration::from_secs(8),
+        || async move {
+            log_lines(files).iter().any(|l| {
+                message(l) == "redis primary moved (named by the sentinels); writing to the new one"
+            })
+        },
+    )
+    .await;
+    println!(
+        "{kind:?}: the sentinels named 127.0.0.1:{new} after {:?} ({before} jobs on the old primary)",
+        started.elapsed()
+    );
+    if kind == Failover::Kill {
+        // A supervisor restarts the old primary, empty: the Sentinels make it a replica of
+        // the new one (which, with min-replicas-to-write, then takes writes again).
+        let i = group.index_of(old);
+        group.servers[i].restart();
+    }
+    let new_url = group.servers[group.index_of(new)].url();
+    let key = ns.key("queue:default");
+    let (n, k) = (&new_url, &key);
+    let mut floor = llen_at(&new_url, &key).await;
+    if kind == Failover::Graceful {
+        // The new primary holds what it had replicated; the relay's first new job adds to it.
+        floor = floor.max(before);
+    }
+    wait_until(
+        "the relay writes to the new primary",
+        Duration::from_secs(90),
+        || async move { llen_at(n, k).await > floor },
+    )
+    .await;
+    let followed_after = started.elapsed();
+    println!(
+        "{kind:?}: the relay wrote to the new primary {followed_after:?} after the failover began"
+    );
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let inserted = inserter.finish().await;
+    wait_pending_at_most(pool, 0, Duration::from_secs(120)).await;
+    assert!(relay.running());
+    let (code, _) = relay.terminate(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0));
+    let in_redis = list_uuids(
+        &Namespace::on(&new_url).with_prefix(&ns.prefix),
+        "queue:default",
+    )
+    .await;
+    let tally = tally(&inserted, &in_redis, &HashSet::new());
+    print_health(&log_lines(&logs.files()));
+    Run {
+        inserted: inserted.len(),
+        tally,
+        followed_after,
+    }
+}
+
+async fn redis_cmd(url: &str, args: &[&str]) {
+    let mut con = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    let _: redis::Value = cmd.query_async(&mut con).await.unwrap();
+}
+
+async fn info_replication(url: &str) -> String {
+    let mut con = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    redis::cmd("INFO")
+        .arg("replication")
+        .query_async(&mut con)
+        .await
+        .unwrap()
+}
+
+async fn role(url: &str) -> String {
+    let mut con = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut con).await.unwrap();
+    redis::from_redis_value(&role[0]).unwrap()
+}
+
+async fn llen_at(url: &str, key: &str) -> usize {
+    let Ok(Ok(mut con)) = tokio::time::timeout(
+        Duration::from_secs(2),
+        redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection(),
+    )
+    .await
+    else {
+        return 0;
+    };
+    redis::cmd("LLEN")
+        .arg(key)
+        .query_async(&mut con)
+        .await
+        .unwrap_or(0)
+}
+
+/// `SENTINEL FAILOVER` under steady inserts, servers with min-replicas-to-write 1: the relay
+/// follows the new primary without a restart, and every job is there exactly once.
+#[sqlx::test]
+async fn sentinel_failover_is_followed_and_every_job_arrives_once(pool: PgPool) {
+    let run = failover_run(&pool, Failover::Graceful, &MIN_REPLICAS).await;
+    run.tally.assert_exactly_once();
+    assert_eq!(run.tally.relayed, run.inserted);
+    assert_eq!(dead_count(&pool).await, 0);
+    figures(
+        "sentinel_failover",
+        run.tally.relayed,
+        0,
+        run.tally.lost.len(),
+    );
+    println!("followed after {:?}", run.followed_after);
+}
+
+/// kill -9 of the primary under steady inserts, restarted empty by a "supervisor" once the
+/// Sentinels promoted the replica: the relay follows, every job is there exactly once.
+#[sqlx::test]
+async fn sentinel_primary_killed_is_followed_and_every_job_arrives_once(pool: PgPool) {
+    let run = failover_run(&pool, Failover::Kill, &MIN_REPLICAS).await;
+    run.tally.assert_exactly_once();
+    assert_eq!(run.tally.relayed, run.inserted);
+    assert_eq!(dead_count(&pool).await, 0);
+    figures("sentinel_kill", run.tally.relayed, 0, run.tally.lost.len());
+    println!("followed after {:?}", run.followed_after);
+}
+
+/// The measurement behind docs/redis.md: the same failovers with servers that do not refuse
+/// writes without a replica. Prints what was lost; asserts only that the relay followed and
+/// wrote nothing twice. `cargo test --all-features --test it failover_losses -- --ignored
+/// --nocapture`.
+#[sqlx::test]
+#[ignore = "a measurement (about 2 minutes); see docs/redis.md#sentinel"]
+async fn failover_losses_without_min_replicas(pool: PgPool) {
+    for kind in [Failover::Graceful, Failover::Kill] {
+        sqlx::query("DELETE FROM pending_jobs")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let run = failover_run(&pool, kind, &[]).await;
+        assert!(run.tally.twice.is_empty());
+        println!(
+            "MEASURED {kind:?} without min-replicas-to-write: {} inserted, {} lost, followed after {:?}",
+            run.inserted,
+            run.tally.lost.len(),
+            run.followed_after
+        );
+    }
+}
+
+/// A plain URL whose name moves: the relay reaches the primary through a proxy (a virtual IP,
+/// or a DNS name), which is then demoted (READONLY) while the proxy sends new connections to
+/// the promoted replica. The relay's connection to the old one answers READONLY; it connects
+/// anew and reaches the new primary, without a restart.
+#[sqlx::test]
+async fn a_plain_url_leaves_a_demoted_primary_for_the_new_one(pool: PgPool) {
+    let a = RedisServer::start();
+    let a_port = a.port.to_string();
+    let b = RedisServer::start_with(&["--replicaof", "127.0.0.1", &a_port]);
+    let proxy = Proxy::start(upstream(a.port));
+    let ns = Namespace::on(&a.url());
+    let db = database_url_of(&pool).await;
+    let mut logs = Logs::new();
+    let mut relay = logs.start(&db, &proxy.redis_url(), &ns, &[]);
+    let inserter = Inserter::start(&pool, 20, Duration::from_millis(100));
+    let (nsr, au) = (&ns, a.url());
+    let au = &au;
+    wait_until(
+        "the relay writes to the first primary",
+        Duration::from_secs(60),
+        || async move { llen_at(au, &nsr.key("queue:default")).await >= 200 },
+    )
+    .await;
+
+    let bu0 = b.url();
+    let bu0 = &bu0;
+    wait_until(
+        "B is in sync with A",
+        Duration::from_secs(30),
+        || async move {
+            info_replication(bu0)
+                .await
+                .contains("master_link_status:up")
+        },
+    )
+    .await;
+    // The switch, as an operator makes it: FAILOVER on A pauses its writers until B has
+    // caught up, then makes B the primary and A its replica; then new connections go to B.
+    redis_cmd(
+        &a.url(),
+        &["FAILOVER", "TO", "127.0.0.1", &b.port.to_string()],
+    )
+    .await;
+    wait_until("A is B's replica", Duration::from_secs(30), || async move {
+        role(au).await == "slave"
+    })
+    .await;
+    proxy.redirect(upstream(b.port));
+    let switched = Instant::now();
+    let key = ns.key("queue:default");
+    let (bu, k) = (b.url(), &key);
+    let bu = &bu;
+    let floor = llen_at(bu, k).await;
+    wait_until(
+        "the relay writes to the new primary",
+        Duration::from_secs(30),
+        || async move { llen_at(bu, k).await > floor + 100 },
+    )
+    .await;
+    println!(
+        "the relay wrote to the new primary {:?} after the switch",
+        switched.elapsed()
+    );
+    let inserted = inserter.finish().await;
+    wait_pending_at_most(&pool, 0, Duration::from_secs(60)).await;
+    let (code, _) = relay.terminate(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0));
+    let in_redis = list_uuids(&Namespace::on(bu).with_prefix(&ns.prefix), "queue:default").await;
+    let t = tally(&inserted, &in_redis, &HashSet::new());
+    t.assert_exactly_once();
+    assert_eq!(t.relayed, inserted.len());
+    assert_eq!(max_attempts_pending(&pool).await, 0);
+    assert_eq!(dead_count(&pool).await, 0);
+    figures("plain_url_moved", t.relayed, 0, t.lost.len());
+}
