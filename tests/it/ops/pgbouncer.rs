@@ -228,8 +228,10 @@ async fn relays_through_pgbouncer_in_transaction_mode_and_leaves_nothing_behind(
     );
 
     // Killed while it holds the wake-up lock: the lock goes with it.
-    insert_rows(&pool, 20_000, "last").await;
-    wait_until("the wake-up lock is held", Duration::from_secs(10), || {
+    // (Its last release may still be waiting, up to 10 s, for older transactions of the
+    // shared server to end before the relay takes the lock again.)
+    insert_rows(&pool, 50_000, "last").await;
+    wait_until("the wake-up lock is held", Duration::from_secs(30), || {
         wakeup_lock_held(&pool)
     })
     .await;
