@@ -231,7 +231,10 @@ impl Listener {
         // Its text is what pg_stat_activity shows for the listener's server process.
         let mine = format!("SELECT pg_backend_pid() /* jobrelay listener: {check} */");
         let first = match step(shutdown, async {
-            listener.fetch_one(mine.as_str()).await?.try_get::<i32, _>(0)
+            listener
+                .fetch_one(mine.as_str())
+                .await?
+                .try_get::<i32, _>(0)
         })
         .await
         {
@@ -247,7 +250,10 @@ impl Listener {
         );
         let (other, last) = match step(shutdown, async {
             let row = tx.fetch_one(look.as_str()).await?;
-            Ok((row.try_get::<i32, _>(0)?, row.try_get::<Option<String>, _>(1)?))
+            Ok((
+                row.try_get::<i32, _>(0)?,
+                row.try_get::<Option<String>, _>(1)?,
+            ))
         })
         .await
         {
@@ -255,7 +261,10 @@ impl Listener {
             o => return o.map(|_| false),
         };
         let again = match step(shutdown, async {
-            listener.fetch_one(mine.as_str()).await?.try_get::<i32, _>(0)
+            listener
+                .fetch_one(mine.as_str())
+                .await?
+                .try_get::<i32, _>(0)
         })
         .await
         {
