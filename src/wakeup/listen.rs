@@ -8,12 +8,14 @@
 //! LISTEN, which PgBouncer in transaction mode hands to other clients after each transaction,
 //! and those clients then receive the relay's notifications (sqlx fails a query that meets
 //! one). So before it listens, the listener makes sure its connection is a session: it reads
-//! its server process id, has the relay's pool open a transaction and read its own, and reads
-//! its id again. Through a transaction pooler, the pool's transaction is given the server
-//! connection the listener just left (PgBouncer reuses the last one freed), or the listener's
-//! second read lands on another one; a session keeps its server process. Three rounds, and one
-//! change is enough to give up: the listener says so once and stops, and idle workers poll
-//! every `--poll-interval` (give `--listen-url` a direct URL).
+//! its server process id; the relay's pool opens a transaction, reads its own and the last
+//! statement of the listener's server process (`pg_stat_activity`); the listener reads its id
+//! again. Through a transaction pooler, the pool's transaction is given the server connection
+//! the listener just left (PgBouncer reuses the last one freed), or another client ran a
+//! statement on it meanwhile, or the listener's second read lands elsewhere; a session keeps
+//! its server process to itself. Five rounds, and one sign is enough to give up: the listener
+//! says so once and stops, and idle workers poll every `--poll-interval` (give
+//! `--listen-url` a direct URL).
 //!
 //! Then it proves that notifications reach it: it listens on a check channel of its own,
 //! sends itself a NOTIFY through the relay's pool, and expects it within [`CHECK_TIMEOUT`]
@@ -146,8 +148,8 @@ impl Listener {
         };
         // On a lost connection, end this session (and start a verified new one).
         listener.eager_reconnect(false);
-        for _ in 0..3 {
-            match self.is_session(&mut listener, shutdown).await {
+        for _ in 0..5 {
+            match self.is_session(&mut listener, check, shutdown).await {
                 Step::Done(true) => {}
                 Step::Done(false) => return Ended::Pooled,
                 Step::Failed(e) => return Ended::Lost(e),
@@ -215,17 +217,27 @@ impl Listener {
         }
     }
 
-    /// Whether `listener` keeps its server process while the relay's pool runs a transaction
-    /// (see the module's documentation). Simple queries only.
+    /// Whether `listener` looks like a session of its own (see the module's documentation):
+    /// it keeps its server process while the relay's pool runs a transaction, which another
+    /// server process serves, and nobody else ran a statement on it in between. Simple
+    /// queries only.
     async fn is_session(
         &self,
         listener: &mut PgListener,
+        check: &str,
         shutdown: &CancellationToken,
     ) -> Step<bool> {
         use sqlx::Row as _;
-        let pid = |row: sqlx::postgres::PgRow| row.try_get::<i32, _>(0);
-        const PID: &str = "SELECT pg_backend_pid()";
-        let first = match step(shutdown, async { pid(listener.fetch_one(PID).await?) }).await {
+        // Its text is what pg_stat_activity shows for the listener's server process.
+        let mine = format!("SELECT pg_backend_pid() /* jobrelay listener: {check} */");
+        let first = match step(shutdown, async {
+            listener
+                .fetch_one(mine.as_str())
+                .await?
+                .try_get::<i32, _>(0)
+        })
+        .await
+        {
             Step::Done(p) => p,
             other => return other.map(|_| false),
         };
@@ -233,16 +245,37 @@ impl Listener {
             Step::Done(tx) => tx,
             other => return other.map(|_| false),
         };
-        let other = match step(shutdown, async { pid(tx.fetch_one(PID).await?) }).await {
-            Step::Done(p) => p,
+        let look = format!(
+            "SELECT pg_backend_pid(), (SELECT query FROM pg_stat_activity WHERE pid = {first})"
+        );
+        let (other, last) = match step(shutdown, async {
+            let row = tx.fetch_one(look.as_str()).await?;
+            Ok((
+                row.try_get::<i32, _>(0)?,
+                row.try_get::<Option<String>, _>(1)?,
+            ))
+        })
+        .await
+        {
+            Step::Done(found) => found,
             o => return o.map(|_| false),
         };
-        let again = match step(shutdown, async { pid(listener.fetch_one(PID).await?) }).await {
+        let again = match step(shutdown, async {
+            listener
+                .fetch_one(mine.as_str())
+                .await?
+                .try_get::<i32, _>(0)
+        })
+        .await
+        {
             Step::Done(p) => p,
             o => return o.map(|_| false),
         };
         let _ = step(shutdown, tx.rollback()).await;
-        Step::Done(other != first && again == first)
+        // A role that may not read other sessions' statements sees this instead.
+        let used_by_another =
+            matches!(&last, Some(q) if *q != mine && q != "<insufficient privilege>");
+        Step::Done(other != first && again == first && !used_by_another)
     }
 
     /// Sends a notification on `check` through the relay's pool and waits for it on

@@ -228,8 +228,10 @@ async fn relays_through_pgbouncer_in_transaction_mode_and_leaves_nothing_behind(
     );
 
     // Killed while it holds the wake-up lock: the lock goes with it.
-    insert_rows(&pool, 20_000, "last").await;
-    wait_until("the wake-up lock is held", Duration::from_secs(10), || {
+    // (Its last release may still be waiting, up to 10 s, for older transactions of the
+    // shared server to end before the relay takes the lock again.)
+    insert_rows(&pool, 50_000, "last").await;
+    wait_until("the wake-up lock is held", Duration::from_secs(30), || {
         wakeup_lock_held(&pool)
     })
     .await;
@@ -288,4 +290,74 @@ async fn in_transaction_mode_a_direct_listen_url_gives_notifications(pool: PgPoo
     assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
     let unexpected = unexpected_warnings(&d, &[]);
     assert!(unexpected.is_empty(), "{unexpected:#?}");
+}
+
+/// Rows that no transaction holds (what another relay could claim now).
+async fn unlocked_rows(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM (SELECT 1 FROM pending_jobs FOR UPDATE SKIP LOCKED) t")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+fn signal(d: &Daemon, sig: &str) {
+    let pid = d.child.id().expect("running").to_string();
+    let ok = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &pid])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+/// A relay stopped (SIGSTOP) with rows claimed, through PgBouncer in transaction mode, holds
+/// them only until its transaction's own `idle_in_transaction_session_timeout` (`SET LOCAL`:
+/// `--push-timeout` + 15 s, here 16 s) ends it, although PgBouncer took no startup option.
+#[sqlx::test]
+async fn through_transaction_pooling_a_stopped_relay_gives_its_rows_up(pool: PgPool) {
+    let bouncer = PgBouncer::start(PoolMode::Transaction, 4);
+    let db = db_name(&pool).await;
+    let ns = Namespace::new();
+    insert_rows(&pool, 50_000, "bulk").await;
+    let mut d = Daemon::start(
+        &["--push-timeout", "1s"],
+        &[
+            ("DATABASE_URL", &bouncer.url(&db)),
+            ("REDIS_URL", &ns.url),
+            ("JOBRELAY_NAMESPACE", &ns.prefix),
+        ],
+    );
+    // Stop it while one of its batches holds rows.
+    let started = Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never caught a batch in hand"
+        );
+        let pending = pending_count(&pool).await;
+        assert!(pending > 0, "drained before the stop");
+        if unlocked_rows(&pool).await < pending {
+            signal(&d, "STOP");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if unlocked_rows(&pool).await < pending_count(&pool).await {
+                break;
+            }
+            signal(&d, "CONT");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let stopped = Instant::now();
+    wait_until(
+        "the stopped relay's rows come free",
+        Duration::from_secs(40),
+        || async { unlocked_rows(&pool).await == pending_count(&pool).await },
+    )
+    .await;
+    let held = stopped.elapsed();
+    assert!(
+        held >= Duration::from_secs(10) && held <= Duration::from_secs(25),
+        "rows held {held:?}: the server ends the transaction after 16 s idle"
+    );
+    d.child.start_kill().unwrap();
+    let _ = d.child.wait().await;
 }
