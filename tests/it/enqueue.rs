@@ -550,3 +550,111 @@ async fn conveyor_a_grandchild_of_finished_jobs_is_late() {
     let child = job("h.Child").parent(parent.uuid).build().unwrap();
     assert_eq!(push(&child).await, Outcome::Children);
 }
+
+/// Conveyor layout, the housekeeping script alone: a child pushed into the children list of a
+/// running parent is watched; while the parent's record exists it stays, and once a close
+/// that raced the push has deleted the record (lists drained before the push landed), the
+/// repair sets it free as a job of its own, once.
+#[tokio::test]
+async fn conveyor_repair_frees_a_child_stranded_by_a_racing_close() {
+    use jobrelay::producer::JobBuilder;
+    use jobrelay::{Enqueuer, LayoutKind};
+    let ns = Namespace::new();
+    let enqueuer =
+        Enqueuer::new(ns.prefix.clone(), Duration::from_secs(60)).with_layout(LayoutKind::Conveyor);
+    let mut con = ns.con().await;
+    let parent = JobBuilder::new("r.Parent", "r.Parent").build().unwrap();
+    let child = JobBuilder::new("r.Child", "r.Child")
+        .parent(parent.uuid)
+        .build()
+        .unwrap();
+    assert_eq!(
+        enqueuer.enqueue(&mut con, &parent).await.unwrap(),
+        Outcome::Queued
+    );
+    // The parent runs: conveyor popped it and keeps its record.
+    let record = ns.key(&format!("job:{}", parent.uuid));
+    let _: () = redis::pipe()
+        .del(ns.key("queue:r.Parent"))
+        .set(&record, "running")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(
+        enqueuer.enqueue(&mut con, &child).await.unwrap(),
+        Outcome::Children
+    );
+    let children = ns.key(&format!("job:{}:children", parent.uuid));
+    assert_eq!(ns.llen(&format!("job:{}:children", parent.uuid)).await, 1);
+    let watched: usize = redis::cmd("ZCARD")
+        .arg(ns.key("jobrelay:watch"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(watched, 1, "the running parent is watched");
+
+    // Still running: nothing is set free, the parent stays watched.
+    let freed = enqueuer
+        .repair(&mut con, Duration::ZERO, 100)
+        .await
+        .unwrap();
+    assert_eq!(freed, 0);
+    assert_eq!(ns.llen(&format!("job:{}:children", parent.uuid)).await, 1);
+
+    // The close raced the push: it drained the (then empty) lists and deleted the record.
+    let _: () = redis::cmd("DEL")
+        .arg(&record)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let freed = enqueuer
+        .repair(&mut con, Duration::ZERO, 100)
+        .await
+        .unwrap();
+    assert_eq!(freed, 1);
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(&children)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(!exists, "the children list is empty");
+    let queued: Vec<Vec<u8>> = redis::cmd("LRANGE")
+        .arg(ns.key("queue:r.Child"))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(queued.len(), 1);
+    let alone =
+        <jobrelay::proto::wire::Job as prost::Message>::decode(queued[0].as_slice()).unwrap();
+    assert_eq!(
+        (alone.uuid, alone.parent_uuid),
+        (child.uuid.to_string(), String::new())
+    );
+    let watched: usize = redis::cmd("ZCARD")
+        .arg(ns.key("jobrelay:watch"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(watched, 0, "no longer watched");
+    // The marker now says it went to its queue: a replay is a duplicate, a second repair
+    // frees nothing.
+    let marker: Vec<u8> = redis::cmd("GET")
+        .arg(ns.key(&format!("jobrelay:job:{}", child.uuid)))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(marker[0], b'q');
+    assert_eq!(
+        enqueuer.enqueue(&mut con, &child).await.unwrap(),
+        Outcome::Duplicate
+    );
+    assert_eq!(
+        enqueuer
+            .repair(&mut con, Duration::ZERO, 100)
+            .await
+            .unwrap(),
+        0
+    );
+}
