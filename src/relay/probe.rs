@@ -230,10 +230,7 @@ impl Probe {
                 return Ok(Err(holder));
             }
             let row = crate::db::simple_query(&mut conn, &self.table_sql).await?;
-            Ok::<_, sqlx::Error>(Ok((
-                row.try_get::<bool, _>(0)?,
-                row.try_get::<bool, _>(1)?,
-            )))
+            Ok::<_, sqlx::Error>(Ok((row.try_get::<bool, _>(0)?, row.try_get::<bool, _>(1)?)))
         };
         let found = tokio::time::timeout(self.timeout, check).await;
         match found {

@@ -14,11 +14,13 @@
 //! takes no transaction id and, between polls, holds no snapshot: it does not hold back vacuum.
 //!
 //! When no worker has found rows for [`AWAKE_WINDOW`], the task commits (unlocks), then waits
-//! until every transaction that was running at that moment has ended (snapshot xmin passes a
-//! transaction id taken after unlocking): any producer that skipped its NOTIFY because of the
-//! lock has then committed or aborted. It wakes the workers for one more claim, and from then
-//! on the trigger notifies again. No row waits for the poll interval because of the lock,
-//! unless an unrelated transaction holds the xmin back for longer than [`XMIN_WAIT_LIMIT`].
+//! until every transaction of this database that was running at that moment has ended (no
+//! session or prepared transaction of the database holds a transaction id older than one taken
+//! after unlocking): any producer that skipped its NOTIFY because of the lock has then
+//! committed or aborted. It wakes the workers for one more claim, and from then on the trigger
+//! notifies again. No row waits for the poll interval because of the lock, unless a writing
+//! transaction of the same database stays open longer than [`XMIN_WAIT_LIMIT`]; transactions
+//! of other databases on the server are not waited for.
 //!
 //! A relay that dies releases the lock with its transaction. One that hangs with its
 //! connection open stops polling, and the server ends its transaction after
@@ -374,7 +376,19 @@ async fn unlock_and_settle(
     let next: u64 = next
         .parse()
         .map_err(|_| sqlx::Error::Protocol(format!("pg_current_xact_id() returned {next:?}")))?;
-    let passed_sql = format!("SELECT pg_snapshot_xmin(pg_current_snapshot()) >= '{next}'::xid8");
+    // Only this database's transactions can have inserted into the outbox: one that holds
+    // an older id, open or prepared, is waited for; a long transaction of another database on
+    // the same server (a report, another application) is not. `age` orders ids: an older id
+    // is further behind.
+    let passed_sql = format!(
+        "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity
+                            WHERE datname = current_database() AND backend_xid IS NOT NULL
+                              AND pid <> pg_backend_pid()
+                              AND age(backend_xid) > age(xid('{next}'::xid8)))
+            AND NOT EXISTS (SELECT 1 FROM pg_prepared_xacts
+                            WHERE database = current_database()
+                              AND age(transaction) > age(xid('{next}'::xid8)))"
+    );
     let started = Instant::now();
     loop {
         let passed: bool = bounded(crate::db::simple_query(&mut con, &passed_sql))

@@ -230,11 +230,27 @@ async fn relays_through_pgbouncer_in_transaction_mode_and_leaves_nothing_behind(
     // Killed while it holds the wake-up lock: the lock goes with it.
     // (Its last release may still be waiting, up to 10 s, for older transactions of the
     // shared server to end before the relay takes the lock again.)
-    insert_rows(&pool, 50_000, "last").await;
-    wait_until("the wake-up lock is held", Duration::from_secs(30), || {
-        wakeup_lock_held(&pool)
-    })
-    .await;
+    // Rows keep landing until the relay is seen holding the lock: a drain can end before the
+    // lock is taken again, while the release still waits for older transactions.
+    let started = std::time::Instant::now();
+    loop {
+        insert_rows(&pool, 20_000, "last").await;
+        let p = &pool;
+        let held = tokio::time::timeout(Duration::from_secs(5), async move {
+            while !wakeup_lock_held(p).await {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .is_ok();
+        if held {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the relay never held its wake-up lock while rows kept landing"
+        );
+    }
     d.child.start_kill().unwrap();
     let _ = d.child.wait().await;
     wait_until(

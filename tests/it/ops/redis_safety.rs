@@ -134,6 +134,15 @@ async fn an_evicting_redis_is_refused_unless_allowed(pool: PgPool) {
     })
     .await;
     d.wait_ready(Duration::from_secs(15)).await;
+    // The probe logs it (the workers do not look when eviction is allowed): readiness may
+    // come from the workers' pushes before the probe's first round ends.
+    let dd = &d;
+    wait_until(
+        "the probe notes the accepted policy",
+        Duration::from_secs(15),
+        || async move { dd.events().iter().any(|e| e["policy"] == "volatile-lru") },
+    )
+    .await;
     let accepted = d
         .events()
         .into_iter()
