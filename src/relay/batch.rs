@@ -7,7 +7,8 @@ use chrono::Utc;
 use sqlx::postgres::PgRow;
 use sqlx::{Connection as _, PgConnection, PgPool, Row as _};
 
-use super::queries::Queries;
+use super::cursor::{ClaimCursor, Claimed};
+use super::queries::{self, Queries};
 use super::report::{Interruption, Report};
 use super::row::{PendingRow, RowMeta};
 use super::sink::JobSink;
@@ -59,6 +60,7 @@ pub struct Batcher<S> {
     queries: Arc<Queries>,
     settings: Arc<BatchSettings>,
     sink: S,
+    cursor: Arc<ClaimCursor>,
 }
 
 /// A row that did not make it, on its way back to the table or to the dead letters.
@@ -105,7 +107,20 @@ impl<S: JobSink> Batcher<S> {
             queries,
             settings,
             sink,
+            cursor: Arc::default(),
         }
+    }
+
+    /// Shares `cursor` (where claims start, [`super::cursor`]) with the other batchers of the
+    /// same relay; a new batcher has a cursor of its own.
+    pub fn with_cursor(mut self, cursor: Arc<ClaimCursor>) -> Self {
+        self.cursor = cursor;
+        self
+    }
+
+    /// The claim cursor.
+    pub fn cursor(&self) -> &ClaimCursor {
+        &self.cursor
     }
 
     /// The sink.
@@ -119,7 +134,19 @@ impl<S: JobSink> Batcher<S> {
     pub async fn run_once(&self, older_than: Option<Duration>) -> Result<Report> {
         let started = Instant::now();
         let mut conn = self.bounded("postgres begin", self.pool.acquire()).await?;
-        let result = self.in_transaction(&mut conn, older_than, started).await;
+        let turn = self.cursor.start();
+        let result = self
+            .in_transaction(&mut conn, older_than, turn.from, started)
+            .await;
+        if let Ok(report) = &result {
+            turn.finish(Claimed {
+                last_id: report.last_id,
+                full: report.more,
+                kept: report.kept > 0,
+                handed_back: report.refused > 0,
+                took: report.stages.claim,
+            });
+        }
         if let Err(e) = &result {
             if e.dependency() == Some(Dependency::Postgres) && e.reason() == Reason::ReadOnly {
                 // A session that cannot write (a demoted primary still answering, a database
@@ -135,11 +162,14 @@ impl<S: JobSink> Batcher<S> {
         &self,
         conn: &mut PgConnection,
         older_than: Option<Duration>,
+        from: i64,
         started: Instant,
     ) -> Result<Report> {
-        let mut tx = self.bounded("postgres begin", conn.begin()).await?;
+        let mut tx = self
+            .bounded("postgres begin", conn.begin_with(queries::BEGIN))
+            .await?;
         let begun = started.elapsed();
-        let mut report = self.claim_push_settle(&mut tx, older_than).await?;
+        let mut report = self.claim_push_settle(&mut tx, older_than, from).await?;
         report.stages.begin = begun;
         if report.claimed > 0 {
             let committing = Instant::now();
@@ -171,6 +201,7 @@ impl<S: JobSink> Batcher<S> {
         &self,
         conn: &mut PgConnection,
         older_than: Option<Duration>,
+        from: i64,
     ) -> Result<Report> {
         let claiming = Instant::now();
         let claimed: Vec<ClaimedRow> = self
@@ -182,12 +213,14 @@ impl<S: JobSink> Batcher<S> {
                     .bind(self.settings.max_batch_bytes as i64)
                     .bind(self.settings.max_job_bytes as i64)
                     .bind(self.settings.claim_slots.unwrap_or(0) as i32)
+                    .bind(from)
                     .fetch_all(&mut *conn),
             )
             .await?;
         let mut report = Report {
             claimed: claimed.len() as u64,
             more: claimed.len() >= self.settings.batch_size || claimed.iter().any(|c| c.capped),
+            last_id: claimed.iter().map(|c| c.row.id).max(),
             ..Report::default()
         };
         report.stages.claim = claiming.elapsed();
