@@ -59,10 +59,10 @@ fn cases() -> Vec<Case> {
     let unnamed = |name, sql: &str| Case {
         planner_settings: false,
         cached: false,
-        ..claim(name, sql, ids)
+        ..claim(name, sql, IDS)
     };
     // $1 rows, $2 older than (s), $3 bytes, $4 max job bytes, $5 claim slots, $6 from id.
-    const ids: &str = "ARRAY[7, 50000, 99999]::int8[], \
+    const IDS: &str = "ARRAY[7, 50000, 99999]::int8[], \
                ARRAY[gen_random_uuid(), gen_random_uuid(), gen_random_uuid()]";
     vec![
         claim(
