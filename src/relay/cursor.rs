@@ -8,7 +8,7 @@
 //! transaction's age (89 ms after 5 minutes at 1,500 rows/s).
 //!
 //! So a relay's claims start at a trailing **mark**: the highest id its claims took at least
-//! [`TRAIL`] ago. Rows below the mark that become claimable later are rows that committed out
+//! [`TRAIL`] ago, or [`TRAIL_IDS`] below the last id taken, whichever is higher. Rows below the mark that become claimable later are rows that committed out
 //! of id order more than [`TRAIL`] after a higher id was taken, rows handed back (a retry keeps
 //! its id), rows a failed batch released, rows whose `available_at` was in the future, and
 //! conveyor parents whose children have just gone. A **catch-up** finds them: a claim from
@@ -35,6 +35,10 @@ use tokio::time::Instant;
 /// How far behind its latest claims a relay's mark stays: a row that commits this long after
 /// a higher id was taken is still found by the next plain claim.
 pub const TRAIL: Duration = Duration::from_secs(1);
+/// ... but at most this many ids behind the latest claim's last id: while a backlog drains at
+/// 50,000 rows/s, a second's trail would be 50,000 index entries that every claim walks (dead
+/// ones, which a held horizon keeps, cost a heap visit each).
+pub const TRAIL_IDS: i64 = 10_000;
 /// The shortest time between two catch-ups.
 pub const FIRST_CATCH_UP: Duration = Duration::from_secs(1);
 /// The longest time between two catch-ups.
@@ -122,8 +126,10 @@ impl ClaimCursor {
     pub fn start(&self) -> Turn<'_> {
         let now = Instant::now();
         let mut s = self.lock();
+        let newest = s.recent.back().map(|&(_, id)| id);
         while let Some(&(at, id)) = s.recent.front() {
-            if now.duration_since(at) < TRAIL {
+            let far = newest.is_some_and(|n| n.saturating_sub(id) >= TRAIL_IDS);
+            if now.duration_since(at) < TRAIL && !far {
                 break;
             }
             s.mark = Some(s.mark.map_or(id, |m| m.max(id)));
@@ -245,6 +251,27 @@ mod tests {
         drop(other);
         t.finish(took(2));
         assert_eq!(c.mark(), Some(200));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn while_a_backlog_drains_the_mark_trails_by_ids_not_a_second() {
+        let c = ClaimCursor::default();
+        c.start().finish(Claimed {
+            last_id: Some(1_000),
+            full: true,
+            ..took(1)
+        });
+        for last in [2_000, 11_000, 12_000] {
+            c.start().finish(Claimed {
+                last_id: Some(last),
+                full: true,
+                ..took(1)
+            });
+        }
+        // 12,000 - 2,000 >= TRAIL_IDS: the claims up to 2,000 are behind the mark already.
+        let t = c.start();
+        assert_eq!(c.mark(), Some(2_000));
+        drop(t);
     }
 
     #[tokio::test(start_paused = true)]
