@@ -123,11 +123,15 @@ async fn a_row_committed_long_after_higher_ids_is_found_once_by_the_catch_up(poo
     .await
     .unwrap();
     // Others commit higher ids and are claimed, until the mark has passed the open row.
-    wait_until("the mark passes the uncommitted row", TRAIL * 10, || async {
-        insert_rows(&pool, 3, "early").await;
-        b.run_once(None).await.unwrap();
-        b.cursor().mark().is_some_and(|m| m > late_id)
-    })
+    wait_until(
+        "the mark passes the uncommitted row",
+        TRAIL * 10,
+        || async {
+            insert_rows(&pool, 3, "early").await;
+            b.run_once(None).await.unwrap();
+            b.cursor().mark().is_some_and(|m| m > late_id)
+        },
+    )
     .await;
     tx.commit().await.unwrap();
     let committed = std::time::Instant::now();
@@ -158,11 +162,15 @@ async fn claims_walk_no_dead_rows_below_the_mark_while_the_horizon_is_held(pool:
         insert_rows(&pool, 1000, "q").await;
         assert_eq!(b.run_once(None).await.unwrap().claimed, 1000);
     }
-    wait_until("the mark passes the dead rows", Duration::from_secs(10), || async {
-        insert_rows(&pool, 10, "q").await;
-        b.run_once(None).await.unwrap();
-        b.cursor().mark().is_some_and(|m| m > 50_000)
-    })
+    wait_until(
+        "the mark passes the dead rows",
+        Duration::from_secs(10),
+        || async {
+            insert_rows(&pool, 10, "q").await;
+            b.run_once(None).await.unwrap();
+            b.cursor().mark().is_some_and(|m| m > 50_000)
+        },
+    )
     .await;
     // A plain claim (the catch-up was just done or is not due) reads index entries above the
     // mark only; the table's index holds more than 50,000.
@@ -213,12 +221,17 @@ async fn claims_walk_no_dead_rows_below_the_mark_while_the_horizon_is_held(pool:
         sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await.unwrap();
         r
     };
-    let bottom_hits = from_bottom[0]["Plan"]["Shared Hit Blocks"].as_f64().unwrap();
+    let bottom_hits = from_bottom[0]["Plan"]["Shared Hit Blocks"]
+        .as_f64()
+        .unwrap();
     assert!(
         bottom_hits > 10.0 * hits,
         "from the bottom {bottom_hits} buffers, from the mark {hits}"
     );
-    sqlx::raw_sql("ROLLBACK").execute(&mut holder).await.unwrap();
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .unwrap();
     drop(conn);
     drain(&b).await;
     assert_eq!(pending_count(&pool).await, 0);

@@ -249,11 +249,10 @@ async fn sweep_older_than_takes_rows_whose_created_at_has_no_age(pool: PgPool) {
     let report = sweep_report(&out);
     assert_eq!(report["claimed"], 3, "{out}");
     assert_eq!(report["dead_lettered"], 3, "{out}");
-    let odd: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM pending_jobs_dead WHERE queue = 'odd'")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+    let odd: i64 = sqlx::query_scalar("SELECT count(*) FROM pending_jobs_dead WHERE queue = 'odd'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
     assert_eq!(odd, 3);
     assert_eq!(pending_count(&pool).await, 2, "the fresh rows stay");
 }
