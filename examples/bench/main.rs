@@ -1,8 +1,16 @@
 //! The relay benchmark: prints one JSON object with
 //!
-//! - `drain`: COPY `BENCH_ROWS` rows (default 200,000; 200-byte payloads over 8 queues), start
-//!   the relay with the binary's default settings, time until the table is empty and every job
-//!   is in Redis; rows/s, relay CPU seconds per 100,000 jobs, and where the machine's CPU went:
+//! Every stage measures from production states: the table is analysed while empty (as
+//! autovacuum leaves an outbox that is nearly empty most of the time), rows land in one
+//! transaction on a relay that has been running (its statements planned on the near-empty
+//! table), and later stages run on the dead tuples the earlier ones left. Nothing is vacuumed
+//! or analysed in between; `BENCH_VACUUMED=1` adds `drain_vacuumed`, the same drain after
+//! `VACUUM (ANALYZE)`, as a labelled extra figure.
+//!
+//! - `drain`: start the relay with the binary's default settings on the empty table, let it
+//!   relay 20 single rows, then COPY `BENCH_ROWS` rows (default 200,000; 200-byte payloads over
+//!   8 queues) in one transaction and time from its commit until the table is empty and every
+//!   job is in Redis; rows/s, relay CPU seconds per 100,000 jobs, and where the machine's CPU went:
 //!   microseconds per job in the relay, Redis and Postgres, the rest, and the cores busy;
 //! - `naive`: `BENCH_NAIVE_ROWS` rows (default 10,000) through a naive relay written here (one
 //!   row per transaction, one Redis round trip per job, same enqueue script and dedup); rows/s,
@@ -72,6 +80,10 @@ pub struct Args {
     pub batch_size: usize,
     /// `BENCH_LAYOUT`: the Redis layout (`jobrelay` or `conveyor`).
     pub layout: LayoutKind,
+    /// `BENCH_BACKLOG_ROWS`: the backlog one worker drains in `backlog` (default 1,000,000).
+    pub backlog_rows: usize,
+    /// `BENCH_VACUUMED=1`: also the drain after `VACUUM (ANALYZE)` (labelled).
+    pub vacuumed: bool,
 }
 
 fn env_or(name: &str, default: &str) -> String {
@@ -108,6 +120,8 @@ impl Args {
             workers: env_num("BENCH_WORKERS", DEFAULT_WORKERS)?,
             batch_size: env_num("BENCH_BATCH_SIZE", DEFAULT_BATCH_SIZE)?,
             layout: env_or("BENCH_LAYOUT", "jobrelay").parse()?,
+            backlog_rows: env_num("BENCH_BACKLOG_ROWS", 1_000_000)?,
+            vacuumed: env_or("BENCH_VACUUMED", "") == "1",
         })
     }
 }
@@ -139,6 +153,9 @@ impl Sandbox {
             .connect(&db_url)
             .await?;
         jobrelay::db::migrate(&pool, &TableName::default()).await?;
+        // Analysed while empty: what autovacuum does to an outbox that is nearly empty most of
+        // the time (and the planner keeps until the next ANALYZE, however many rows land).
+        sqlx::query("ANALYZE pending_jobs").execute(&pool).await?;
         Ok(Sandbox {
             admin_url: args.database_url.clone(),
             db_name,
@@ -168,7 +185,8 @@ impl Sandbox {
         Ok(self.redis.get_multiplexed_async_connection().await?)
     }
 
-    /// COPYs `n` rows: 200-byte payloads, round-robin over 8 queues named `<prefix>0..7`.
+    /// COPYs `n` rows in one transaction: 200-byte payloads, round-robin over 8 queues named
+    /// `<prefix>0..7`. No ANALYZE: the statistics stay those of the empty table.
     async fn copy_rows(&self, n: usize, prefix: &str) -> Result<(), BoxError> {
         let mut conn = self.pool.acquire().await?;
         let mut copy = conn
@@ -196,9 +214,6 @@ impl Sandbox {
         }
         copy.send(buf.as_bytes()).await?;
         copy.finish().await?;
-        sqlx::query("ANALYZE pending_jobs")
-            .execute(&self.pool)
-            .await?;
         Ok(())
     }
 
@@ -319,13 +334,41 @@ where
     Ok(())
 }
 
-async fn bench_drain(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, BoxError> {
-    sb.copy_rows(args.rows, "drain").await?;
+/// The relay has been running on a nearly empty table: it relays `n` single rows, one at a
+/// time, each in a transaction of its own (its statements are planned, and any plan cache
+/// filled, while the table holds at most one row).
+async fn warm_up(sb: &Sandbox, n: usize) -> Result<(), BoxError> {
+    for i in 0..n {
+        sqlx::query("INSERT INTO pending_jobs (queue, job_type) VALUES ('warm', 'Warm')")
+            .execute(&sb.pool)
+            .await?;
+        wait_for("a warm-up row", Duration::from_secs(30), || async {
+            sb.table_empty().await
+        })
+        .await
+        .map_err(|e| format!("warm-up row {i}: {e}"))?;
+    }
+    Ok(())
+}
+
+async fn bench_drain(
+    sb: &Sandbox,
+    args: &Args,
+    vacuumed: bool,
+) -> Result<serde_json::Value, BoxError> {
+    let relay = start_relay(sb, args, None).await?;
+    warm_up(sb, 20).await?;
+    let prefix = if vacuumed { "vacuumed" } else { "drain" };
+    sb.copy_rows(args.rows, prefix).await?;
+    if vacuumed {
+        sqlx::query("VACUUM (ANALYZE) pending_jobs")
+            .execute(&sb.pool)
+            .await?;
+    }
     let cpu0 = cpu::CpuSnapshot::take(&sb.redis).await;
     let t0 = Instant::now();
-    let relay = start_relay(sb, args, None).await?;
     wait_for("the drain", Duration::from_secs(600), || async {
-        Ok(sb.table_empty().await? && sb.jobs_in_queues("drain").await? == args.rows)
+        Ok(sb.table_empty().await? && sb.jobs_in_queues(prefix).await? == args.rows)
     })
     .await?;
     let elapsed = t0.elapsed().as_secs_f64();
@@ -334,6 +377,11 @@ async fn bench_drain(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, Box
     let breakdown = cpu1.per_job_since(&cpu0, args.rows);
     let relay_us = breakdown["cpu_us_per_job"]["relay"].as_f64().unwrap_or(0.0);
     Ok(json!({
+        "table_state": if vacuumed {
+            "VACUUM (ANALYZE) after the COPY (not a production state)"
+        } else {
+            "analysed while empty, relay running, rows COPYed in one transaction"
+        },
         "rows": args.rows,
         "seconds": round(elapsed, 3),
         "rows_per_second": round(args.rows as f64 / elapsed, 0),
@@ -342,9 +390,11 @@ async fn bench_drain(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, Box
     }))
 }
 
-/// One worker's batches, run directly: where a batch's time goes, per 1,000 rows.
+/// One worker's batches, run directly on a backlog of `BENCH_BACKLOG_ROWS` rows COPYed onto
+/// the table the drain left (its dead tuples, statistics of the empty table): where a batch's
+/// time goes, per 1,000 rows, and the claim statement's time from the first batch to the last.
 async fn bench_stages(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, BoxError> {
-    let rows = (args.rows / 4).max(1);
+    let rows = args.backlog_rows.max(1);
     sb.copy_rows(rows, "stages").await?;
     let opts = jobrelay::config::session_settings(sb.db_url.parse()?);
     let pool = jobrelay::db::lazy_pool(opts, 2);
@@ -369,6 +419,7 @@ async fn bench_stages(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, Bo
         sink,
     );
     let mut total = relay::Report::default();
+    let mut claims_ms = Vec::new();
     let t0 = Instant::now();
     loop {
         let r = batcher.run_once(None).await?;
@@ -376,6 +427,7 @@ async fn bench_stages(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, Bo
         if r.claimed == 0 {
             break;
         }
+        claims_ms.push(r.stages.claim.as_secs_f64() * 1000.0);
     }
     let elapsed = t0.elapsed().as_secs_f64();
     let per_k = |d: Duration| {
@@ -385,7 +437,28 @@ async fn bench_stages(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, Bo
         )
     };
     let s = total.stages;
+    let mut sorted = claims_ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    let pct = |p: f64| {
+        sorted
+            .get(((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1))
+            .map_or(0.0, |v| round(*v, 2))
+    };
+    // The claim's mean time over each tenth of the batches, first to last: flat is the goal.
+    let tenth = claims_ms.len().div_ceil(10).max(1);
+    let curve: Vec<f64> = claims_ms
+        .chunks(tenth)
+        .map(|c| round(c.iter().sum::<f64>() / c.len() as f64, 2))
+        .collect();
     Ok(json!({
+        "table_state": "dead tuples of the drain before, analysed while empty, COPYed at once",
+        "claim_ms": {
+            "batches": claims_ms.len(),
+            "p50": pct(0.5),
+            "p99": pct(0.99),
+            "max": pct(1.0),
+            "mean_per_tenth_first_to_last": curve,
+        },
         "rows": total.claimed,
         "one_worker_rows_per_second": round(total.claimed as f64 / elapsed, 0),
         "ms_per_1000_rows": {
@@ -460,11 +533,8 @@ async fn bench_naive(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, Box
 }
 
 async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, BoxError> {
-    // Steady state: the drains before left hundreds of thousands of dead tuples, which
-    // autovacuum (naptime 1 min) would only reclaim during the measurement.
-    sqlx::query("VACUUM (ANALYZE) pending_jobs")
-        .execute(&sb.pool)
-        .await?;
+    // A steady stream into the table the drains before left: hundreds of thousands of dead
+    // tuples, not vacuumed (a production state: autovacuum comes when it comes).
     let total = (args.rate as f64 * args.seconds) as usize;
     let pushes: timed_sink::PushTimes = Arc::new(Mutex::new(HashMap::with_capacity(total)));
     let relay = start_relay(sb, args, Some(pushes.clone())).await?;
@@ -588,6 +658,7 @@ async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, B
     lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let q = |p: f64| lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1];
     Ok(json!({
+        "table_state": "dead tuples of the stages before, not vacuumed",
         "jobs": lat.len(),
         "target_rate": args.rate,
         "achieved_rate": round(lat.len() as f64 / produce_secs, 0),
@@ -731,7 +802,7 @@ fn round(x: f64, digits: i32) -> f64 {
 }
 
 async fn run(args: &Args, sb: &Sandbox) -> Result<serde_json::Value, BoxError> {
-    let drain = bench_drain(sb, args).await?;
+    let drain = bench_drain(sb, args, false).await?;
     let stages = bench_stages(sb, args).await?;
     let naive = bench_naive(sb, args).await?;
     let ratio = drain["rows_per_second"].as_f64().unwrap_or(0.0)
@@ -746,6 +817,11 @@ async fn run(args: &Args, sb: &Sandbox) -> Result<serde_json::Value, BoxError> {
             "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         },
         "drain": drain,
+        "drain_vacuumed": if args.vacuumed {
+            bench_drain(sb, args, true).await?
+        } else {
+            serde_json::Value::Null
+        },
         "stages": stages,
         "naive": naive,
         "drain_over_naive": round(ratio, 1),

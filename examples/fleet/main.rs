@@ -46,7 +46,9 @@
 //! `FLEET_WORKERS` (4), `FLEET_ROUNDS` (3), `FLEET_TIMEOUT` (per drain, default `10m`),
 //! `FLEET_KEEP_LOGS` (non-empty: keep the relays' logs and print where), `FLEET_IDLE_RELAYS`
 //! (24; 0 skips the idle stage), `FLEET_IDLE_SECONDS` (10), `FLEET_LATENCY_ROWS` (200),
-//! `FLEET_LATENCY_GAP` (`50ms`), `FLEET_QUIET_ROWS` (20; 0: no quiet series), `FLEET_QUIET_GAP`
+//! `FLEET_LATENCY_GAP` (`50ms`), `FLEET_VACUUMED` (non-empty: `VACUUM (ANALYZE)` after each
+//! COPY, a labelled extra figure; by default the table is analysed while empty and the rows
+//! land in one transaction, the state an outbox is in when an outage ends), `FLEET_QUIET_ROWS` (20; 0: no quiet series), `FLEET_QUIET_GAP`
 //! (`2s`), `DATABASE_URL`
 //! (default `postgres://postgres@127.0.0.1:5432/postgres`; the benchmark creates and drops its
 //! own database `jobrelay_fleet_<random>` next to it), `REDIS_URL` (default
@@ -126,6 +128,9 @@ pub struct Args {
     pub timeout: Duration,
     /// Keep the relays' log files.
     pub keep_logs: bool,
+    /// `FLEET_VACUUMED`: VACUUM (ANALYZE) the table after the COPY (a labelled extra figure:
+    /// production tables are never in that state).
+    pub vacuumed: bool,
     /// The idle-fleet stage after the rounds; `None` skips it (`FLEET_IDLE_RELAYS=0`).
     pub idle: Option<IdleArgs>,
 }
@@ -228,6 +233,7 @@ impl Args {
             relay_bin,
             timeout,
             keep_logs: var("FLEET_KEEP_LOGS").is_some(),
+            vacuumed: var("FLEET_VACUUMED").is_some(),
             idle,
         })
     }
@@ -374,18 +380,20 @@ impl Sandbox {
         format!("{}queue:fleet{q}", self.namespace)
     }
 
-    /// Empties the table and its dead letters: a new, empty heap, as before the first run.
+    /// Empties the table and its dead letters (a new, empty heap, as before the first run) and
+    /// analyses it empty: the state autovacuum leaves an outbox in, nearly empty most of the
+    /// time, when an outage ends or a bulk import commits.
     async fn reset_table(&self) -> Result<(), BoxError> {
-        sqlx::query("TRUNCATE pending_jobs, pending_jobs_dead")
+        sqlx::raw_sql("TRUNCATE pending_jobs, pending_jobs_dead; ANALYZE pending_jobs")
             .execute(&self.pool)
             .await?;
         Ok(())
     }
 
-    /// COPYs `n` rows with fresh uuids (returned): 200-byte payloads, round-robin over the
-    /// queues `fleet0..3`; then VACUUM (ANALYZE), so that every run starts from the same state
-    /// (this server may run without autovacuum).
-    async fn copy_rows(&self, n: usize) -> Result<Vec<Uuid>, BoxError> {
+    /// COPYs `n` rows with fresh uuids (returned) in one transaction: 200-byte payloads,
+    /// round-robin over the queues `fleet0..3`. Statistics stay those of the empty table
+    /// ([`Sandbox::reset_table`]), unless `vacuumed` (`FLEET_VACUUMED`, a labelled extra).
+    async fn copy_rows(&self, n: usize, vacuumed: bool) -> Result<Vec<Uuid>, BoxError> {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut uuids = Vec::with_capacity(n);
         let mut conn = self.pool.acquire().await?;
@@ -410,9 +418,11 @@ impl Sandbox {
         copy.send(buf.as_bytes()).await?;
         copy.finish().await?;
         drop(conn);
-        sqlx::query("VACUUM (ANALYZE) pending_jobs")
-            .execute(&self.pool)
-            .await?;
+        if vacuumed {
+            sqlx::query("VACUUM (ANALYZE) pending_jobs")
+                .execute(&self.pool)
+                .await?;
+        }
         Ok(uuids)
     }
 
@@ -889,6 +899,15 @@ fn claim_stats(ms: &[f64]) -> Value {
 }
 
 /// One drain by the relays of `shape`; the run's figures, and its claim durations.
+/// How the table stood when the rows landed.
+fn table_state(vacuumed: bool) -> &'static str {
+    if vacuumed {
+        "VACUUM (ANALYZE) after the COPY (FLEET_VACUUMED: not a production state)"
+    } else {
+        "analysed while empty, then COPYed in one transaction"
+    }
+}
+
 async fn drain(
     sb: &Sandbox,
     args: &Args,
@@ -903,7 +922,7 @@ async fn drain(
     fleet.wait_ready().await?;
     let mut con = sb.redis_con().await?;
     let load = load_average();
-    let uuids = sb.copy_rows(args.rows).await?;
+    let uuids = sb.copy_rows(args.rows, args.vacuumed).await?;
     let before = Snapshot::take(&sb.redis).await;
     let spawned_at: DateTime<Utc> = SystemTime::now().into();
     let t0 = Instant::now();
@@ -944,6 +963,7 @@ async fn drain(
     let run = json!({
         "round": round_no,
         "config": config,
+        "table_state": table_state(args.vacuumed),
         "processes": shape.processes,
         "workers": shape.workers,
         "rows": args.rows,

@@ -76,3 +76,10 @@ mod trace;
 
 pub use self::builder::{IntoJob, JobBuilder};
 pub use self::pending::{FastPathError, PendingJobs, Producer, PushReport, RowRef, Stage};
+
+/// The producer's statements on `table`: `[insert, claim, delete]` (for the plan tests).
+#[doc(hidden)]
+pub fn statements(table: &crate::TableName) -> [String; 3] {
+    let sql = sql::Sql::new(table);
+    [sql.insert, sql.claim, sql.delete]
+}

@@ -508,6 +508,7 @@ impl PendingJobs {
             Err(e) => return Err(self.failed(Stage::Claim, e.into())),
         };
         let claimed: Vec<i64> = match sqlx::query_scalar(&self.producer.inner.sql.claim)
+            .persistent(false)
             .bind(&ids)
             .bind(&uuids)
             .fetch_all(&mut *tx)
@@ -542,6 +543,7 @@ impl PendingJobs {
         if !acked.is_empty() {
             let (ids, uuids) = self.keys(&acked);
             let deleted = sqlx::query(&self.producer.inner.sql.delete)
+                .persistent(false)
                 .bind(&ids)
                 .bind(&uuids)
                 .execute(&mut *tx)
@@ -635,6 +637,7 @@ impl PendingJobs {
         }
         let (ids, uuids) = self.keys(&todo);
         let done = sqlx::query(&self.producer.inner.sql.delete)
+            .persistent(false)
             .bind(&ids)
             .bind(&uuids)
             .execute(db)

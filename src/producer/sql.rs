@@ -15,6 +15,13 @@ pub(crate) struct Sql {
     pub claim: String,
     /// Deletes the given `(id, uuid)` rows.
     pub delete: String,
+    // `claim` and `delete` find their rows by `p.id = ANY($1)`, a condition on the outbox
+    // alone, which the primary key answers row by row (joined only on `w.id`, a plan that
+    // thinks the table small reads all of it, under the join). They run as unnamed
+    // statements (`persistent(false)`), planned at each call for the table as it is then:
+    // a plan cached while the table was nearly empty cannot outlive the next outage. The
+    // planner sizes a table by its current pages, whatever its statistics, so a fresh plan
+    // of this shape is an index scan per id (tests/it/relay/plans.rs).
 }
 
 impl Sql {
@@ -33,12 +40,12 @@ impl Sql {
                 "SELECT p.id FROM {t} p \
                  JOIN unnest($1::int8[], $2::uuid[]) AS w(id, uuid) \
                    ON p.id = w.id AND p.uuid = w.uuid \
-                 WHERE p.available_at <= now() \
+                 WHERE p.id = ANY($1::int8[]) AND p.available_at <= now() \
                  FOR UPDATE OF p SKIP LOCKED"
             ),
             delete: format!(
                 "DELETE FROM {t} p USING unnest($1::int8[], $2::uuid[]) AS w(id, uuid) \
-                 WHERE p.id = w.id AND p.uuid = w.uuid"
+                 WHERE p.id = ANY($1::int8[]) AND p.id = w.id AND p.uuid = w.uuid"
             ),
         }
     }

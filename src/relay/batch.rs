@@ -7,7 +7,8 @@ use chrono::Utc;
 use sqlx::postgres::PgRow;
 use sqlx::{Connection as _, PgConnection, PgPool, Row as _};
 
-use super::queries::Queries;
+use super::cursor::{ClaimCursor, Claimed};
+use super::queries::{self, Queries};
 use super::report::{Interruption, Report};
 use super::row::{PendingRow, RowMeta};
 use super::sink::JobSink;
@@ -63,6 +64,7 @@ pub struct Batcher<S> {
     queries: Arc<Queries>,
     settings: Arc<BatchSettings>,
     sink: S,
+    cursor: Arc<ClaimCursor>,
 }
 
 /// What [`Batcher::claim_push_settle`] leaves for the transaction's end.
@@ -131,7 +133,20 @@ impl<S: JobSink> Batcher<S> {
             queries,
             settings,
             sink,
+            cursor: Arc::default(),
         }
+    }
+
+    /// Shares `cursor` (where claims start, [`super::cursor`]) with the other batchers of the
+    /// same relay; a new batcher has a cursor of its own.
+    pub fn with_cursor(mut self, cursor: Arc<ClaimCursor>) -> Self {
+        self.cursor = cursor;
+        self
+    }
+
+    /// The claim cursor.
+    pub fn cursor(&self) -> &ClaimCursor {
+        &self.cursor
     }
 
     /// The sink.
@@ -150,7 +165,19 @@ impl<S: JobSink> Batcher<S> {
             "postgres connection",
         )
         .await?;
-        let result = self.in_transaction(&mut conn, older_than, started).await;
+        let turn = self.cursor.start();
+        let result = self
+            .in_transaction(&mut conn, older_than, turn.from, started)
+            .await;
+        if let Ok(report) = &result {
+            turn.finish(Claimed {
+                last_id: report.last_id,
+                full: report.more,
+                kept: report.kept > 0,
+                handed_back: report.refused > 0,
+                took: report.stages.claim,
+            });
+        }
         if let Err(e) = &result {
             if e.dependency() == Some(Dependency::Postgres) && e.reason() == Reason::ReadOnly {
                 // A session that cannot write (a demoted primary still answering, a database
@@ -170,19 +197,25 @@ impl<S: JobSink> Batcher<S> {
         &self,
         conn: &mut PgConnection,
         older_than: Option<Duration>,
+        from: i64,
         started: Instant,
     ) -> Result<Report> {
         // BEGIN with the relay's settings for this transaction only (works through PgBouncer
-        // in either mode, leaks into no other session).
-        let begin = crate::db::begin_statement(
-            self.settings.statement_timeout,
-            self.settings.idle_in_transaction_timeout,
+        // in either mode, leaks into no other session), and the planner settings every
+        // statement on the outbox needs ([`queries::PLANNER_SETTINGS`]).
+        let begin = format!(
+            "{}; {}",
+            crate::db::begin_statement(
+                self.settings.statement_timeout,
+                self.settings.idle_in_transaction_timeout,
+            ),
+            queries::PLANNER_SET_LOCAL
         );
         let mut tx = self
             .bounded("postgres begin", conn.begin_with(begin))
             .await?;
         let begun = started.elapsed();
-        let step = self.claim_push_settle(&mut tx, older_than).await?;
+        let step = self.claim_push_settle(&mut tx, older_than, from).await?;
         let mut report = step.report;
         report.stages.begin = begun;
         if let Some(e) = step.hand_back_failed {
@@ -299,6 +332,7 @@ impl<S: JobSink> Batcher<S> {
         &self,
         conn: &mut PgConnection,
         older_than: Option<Duration>,
+        from: i64,
     ) -> Result<Step> {
         let claiming = Instant::now();
         let claimed: Vec<ClaimedRow> = self
@@ -314,12 +348,14 @@ impl<S: JobSink> Batcher<S> {
                     .bind(self.settings.max_batch_bytes as i64)
                     .bind(self.settings.max_job_bytes as i64)
                     .bind(self.settings.claim_slots.unwrap_or(0) as i32)
+                    .bind(from)
                     .fetch_all(&mut *conn),
             )
             .await?;
         let mut report = Report {
             claimed: claimed.len() as u64,
             more: claimed.len() >= self.settings.batch_size || claimed.iter().any(|c| c.capped),
+            last_id: claimed.iter().map(|c| c.row.id).max(),
             ..Report::default()
         };
         report.stages.claim = claiming.elapsed();

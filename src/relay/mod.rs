@@ -9,6 +9,7 @@
 
 pub mod assemble;
 pub mod batch;
+pub mod cursor;
 pub mod health;
 pub mod probe;
 pub mod queries;
@@ -142,13 +143,13 @@ pub fn spawn_with<S: JobSink + 'static>(
     let queries = Arc::new(Queries::for_layout(&settings.table, layout));
     let batch = Arc::new(settings.batch.clone());
     let slots = Arc::new(slots::SlotGate::default());
+    // One claim cursor per relay: its workers' claims start where the relay's last ones took.
+    let cursor = Arc::new(cursor::ClaimCursor::default());
     for sink in sinks {
-        let batcher = Arc::new(Batcher::new(
-            pool.clone(),
-            queries.clone(),
-            batch.clone(),
-            sink,
-        ));
+        let batcher = Arc::new(
+            Batcher::new(pool.clone(), queries.clone(), batch.clone(), sink)
+                .with_cursor(cursor.clone()),
+        );
         let (h, stop, wake, a, g) = (
             health.clone(),
             shutdown.clone(),

@@ -17,10 +17,12 @@ pub struct Queries {
     /// claims nothing without one, in the same round trip. Whether it got one is also left in
     /// the transaction's setting `jobrelay.slot_held` ([`Queries::slot_held`]), which the
     /// relay reads only when the claim came back empty.
-    /// Claims and deletes claimable rows in `id` order, skipping locked ones: at most `$1`
+    /// Claims and deletes claimable rows with `id >= $6` ([`super::cursor`]) in `id` order,
+    /// skipping locked ones: at most `$1`
     /// rows and, past the first row, at most `$3` bytes (payloads plus
     /// [`ROW_OVERHEAD_BYTES`] a row); when `$2` (seconds) is not null, only rows created at
-    /// least that long ago. A row whose payload is over `$4` bytes (`--max-job-size`) is moved
+    /// least that long ago, and rows whose `created_at` no age can be taken of (beyond the
+    /// range a job can carry: `infinity`, year 10000; the relay dead-letters them). A row whose payload is over `$4` bytes (`--max-job-size`) is moved
     /// to the dead-letter table by the same statement, without its payload ever leaving
     /// Postgres: it comes back with an empty payload and the 13th column `true`. The 14th
     /// column says the byte cap cut the batch short (more rows are waiting). The delete
@@ -37,6 +39,37 @@ pub struct Queries {
     /// holds, when a batch's hand-back failed and it was rolled back (`Batcher`).
     pub settle_acknowledged: String,
 }
+
+/// [`PLANNER_SETTINGS`] as `SET LOCAL` statements (a literal, for `concat!`).
+macro_rules! planner_set_local {
+    () => {
+        "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL jit = off"
+    };
+}
+
+/// Opens a relay transaction (claim, settle, commit): the planner settings every statement
+/// on the outbox needs, for this transaction only ([`PLANNER_SETTINGS`]).
+pub const BEGIN: &str = concat!("BEGIN; ", planner_set_local!());
+
+/// The `SET LOCAL`s of [`BEGIN`] alone, for a transaction that makes other settings too.
+pub const PLANNER_SET_LOCAL: &str = planner_set_local!();
+
+/// The settings [`BEGIN`] makes, transaction-scoped (`SET LOCAL`: nothing outlives the
+/// transaction, so a pooled connection behind PgBouncer's transaction mode is left as found).
+///
+/// An outbox is nearly empty most of the time and holds 100,000 rows after an outage: a plan
+/// made (and cached) while it held a few rows, or with statistics gathered then, reads it
+/// whole with a Seq Scan, or a bitmap of the whole primary key and a sort. Every statement on
+/// the outbox reaches its rows through the primary key's order (the claim), tuple ids (the
+/// claim's delete) or id lookups (the fast path); with these two access paths priced out, no
+/// statistics and no cached plan can choose a scan bounded by the table instead of the batch.
+/// Pricing a path out adds 1e10 to a plan's cost, which would switch on JIT compilation
+/// (tens of milliseconds per statement) wherever no other path exists: `jit = off` too.
+pub const PLANNER_SETTINGS: [(&str, &str); 3] = [
+    ("enable_seqscan", "off"),
+    ("enable_bitmapscan", "off"),
+    ("jit", "off"),
+];
 
 /// First key of claim slot 0; slot `n` is `CLAIM_SLOT_CLASS + n` (`--claim-slots` is at most
 /// 64, so the keys 27251..=27314 follow the wake-up lock's 27250).
@@ -122,8 +155,11 @@ impl Queries {
                                  ELSE octet_length(payload) END + {ROW_OVERHEAD_BYTES} AS counted
                      FROM {t}
                      WHERE (SELECT held FROM slot)
+                       AND id >= $6::int8
                        AND available_at <= now()
-                       AND ($2::float8 IS NULL OR created_at <= now() - $2 * interval '1 second')
+                       AND ($2::float8 IS NULL OR created_at <= now() - $2 * interval '1 second'
+                            OR created_at NOT BETWEEN '0001-01-01 00:00:00+00'
+                                                  AND '9999-12-31 23:59:59.999999+00')
                        {flows}
                      ORDER BY id
                      LIMIT $1

@@ -17,6 +17,8 @@ pub struct Report {
     /// The batch stopped at a limit (`--batch-size` rows or `--batch-max-bytes`): more rows
     /// may be waiting, claim again at once.
     pub more: bool,
+    /// The highest id claimed (where the relay's claims go on, [`super::cursor`]).
+    pub last_id: Option<i64>,
     /// Jobs per outcome, indexed like [`Outcome::ALL`].
     pub outcomes: [u64; Outcome::ALL.len()],
     /// Jobs the script refused (per-job failures); their rows were kept for a retry or
@@ -95,6 +97,7 @@ impl Report {
     pub fn add(&mut self, other: &Report) {
         self.claimed += other.claimed;
         self.more = other.more;
+        self.last_id = self.last_id.max(other.last_id);
         for (a, b) in self.outcomes.iter_mut().zip(other.outcomes) {
             *a += b;
         }

@@ -30,6 +30,8 @@ async fn the_benchmark_runs_with_small_sizes_and_cleans_up() {
         workers: 2,
         batch_size: 500,
         layout: jobrelay::LayoutKind::Jobrelay,
+        backlog_rows: 1_500,
+        vacuumed: true,
     };
     let report = bench_example::bench(&args)
         .await
@@ -42,7 +44,16 @@ async fn the_benchmark_runs_with_small_sizes_and_cleans_up() {
             .unwrap()
             >= 0.0
     );
-    assert_eq!(report["stages"]["rows"], 500);
+    assert_eq!(report["drain_vacuumed"]["rows"], 2_000);
+    assert_eq!(report["stages"]["rows"], 1_500);
+    assert_eq!(report["stages"]["claim_ms"]["batches"], 3);
+    assert_eq!(
+        report["stages"]["claim_ms"]["mean_per_tenth_first_to_last"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
     assert_eq!(report["naive"]["rows"], 100);
     assert!(report["drain_over_naive"].as_f64().unwrap() > 0.0);
     assert_eq!(report["latency"]["jobs"], 200);

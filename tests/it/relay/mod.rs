@@ -4,6 +4,7 @@
 mod claim;
 mod hostile_rows;
 mod limits;
+mod plans;
 mod settle;
 mod supervision;
 mod sweep;

@@ -220,3 +220,39 @@ async fn custom_table_via_migrate_and_sweep(pool: PgPool) {
     assert_eq!(pending_count(&pool).await, 2, "pending_jobs untouched");
     assert_eq!(ns.llen("queue:other").await, 0);
 }
+
+/// A row whose `created_at` has no age (`infinity`, year 10000: from before migration 6's
+/// constraints) is taken by `--sweep --older-than` whatever the age asked for, and
+/// dead-lettered: a cron-only deployment does not leave it pending forever.
+#[sqlx::test]
+async fn sweep_older_than_takes_rows_whose_created_at_has_no_age(pool: PgPool) {
+    let ns = Namespace::new();
+    let db = database_url_of(&pool).await;
+    let env = relay_env(&db, &ns);
+    sqlx::query("ALTER TABLE pending_jobs DROP CONSTRAINT pending_jobs_created_at_check")
+        .execute(&pool)
+        .await
+        .unwrap();
+    insert_rows(&pool, 2, "fresh").await;
+    for created in ["infinity", "10000-01-01 00:00:00+00", "-infinity"] {
+        sqlx::query(
+            "INSERT INTO pending_jobs (queue, job_type, created_at)
+             VALUES ('odd', 'Odd', $1::text::timestamptz)",
+        )
+        .bind(created)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    let (code, out, err) = run_relay(&["--sweep", "--older-than", "1h"], &env).await;
+    assert_eq!(code, 1, "rows were not delivered: {out}\n{err}");
+    let report = sweep_report(&out);
+    assert_eq!(report["claimed"], 3, "{out}");
+    assert_eq!(report["dead_lettered"], 3, "{out}");
+    let odd: i64 = sqlx::query_scalar("SELECT count(*) FROM pending_jobs_dead WHERE queue = 'odd'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(odd, 3);
+    assert_eq!(pending_count(&pool).await, 2, "the fresh rows stay");
+}
