@@ -291,14 +291,17 @@ async fn bounded<T>(fut: impl std::future::Future<Output = sqlx::Result<T>>) -> 
 }
 
 /// Opens the lock's transaction: `lock_timeout` [`LOCK_WAIT`], `idle_in_transaction_session_timeout`
-/// [`IDLE_TIMEOUT`] and `statement_timeout` [`STATEMENT_LIMIT`], all for this transaction only.
+/// [`IDLE_TIMEOUT`] and `statement_timeout` [`STATEMENT_LIMIT`], and the claims' planner
+/// settings, all for this transaction only.
 fn begin_statement() -> String {
     format!(
         "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {}; \
-         SET LOCAL statement_timeout = {}",
+         SET LOCAL statement_timeout = {}; {}",
         LOCK_WAIT.as_millis(),
         IDLE_TIMEOUT.as_millis(),
-        STATEMENT_LIMIT.as_millis()
+        STATEMENT_LIMIT.as_millis(),
+        // The awake poll reads the outbox in `id` order: the claims' planner settings.
+        crate::relay::queries::PLANNER_SET_LOCAL
     )
 }
 
