@@ -34,7 +34,7 @@ use tokio::time::Instant;
 
 /// How far behind its latest claims a relay's mark stays: a row that commits this long after
 /// a higher id was taken is still found by the next plain claim.
-pub const TRAIL: Duration = Duration::from_secs(1);
+pub const TRAIL: Duration = Duration::from_millis(250);
 /// ... but at most this many ids behind the latest claim's last id: while a backlog drains at
 /// 50,000 rows/s, a second's trail would be 50,000 index entries that every claim walks (dead
 /// ones, which a held horizon keeps, cost a heap visit each).
@@ -45,7 +45,7 @@ pub const FIRST_CATCH_UP: Duration = Duration::from_secs(1);
 pub const LAST_CATCH_UP: Duration = Duration::from_secs(60);
 /// A catch-up that took `d` is followed by the next one after `CATCH_UP_COST * d` (bounded by
 /// [`FIRST_CATCH_UP`] and [`LAST_CATCH_UP`]).
-pub const CATCH_UP_COST: u32 = 50;
+pub const CATCH_UP_COST: u32 = 100;
 
 /// The lowest id a claim may ask for: a catch-up starts here.
 pub const BOTTOM: i64 = i64::MIN;
@@ -240,7 +240,14 @@ mod tests {
             ..took(1)
         });
         tokio::time::advance(TRAIL).await;
-        // Both claims are TRAIL old now; the catch-up (1 s after the first) is due too.
+        // Both claims are TRAIL old now: claims start above them.
+        let t = c.start();
+        assert!(!t.catch_up);
+        assert_eq!(t.from, 201);
+        drop(t);
+        assert_eq!(c.mark(), Some(200));
+        // The catch-up comes FIRST_CATCH_UP after the first one ended.
+        tokio::time::advance(FIRST_CATCH_UP - TRAIL).await;
         let t = c.start();
         assert!(t.catch_up);
         assert_eq!(t.from, BOTTOM);
@@ -250,7 +257,6 @@ mod tests {
         assert_eq!(other.from, 201);
         drop(other);
         t.finish(took(2));
-        assert_eq!(c.mark(), Some(200));
     }
 
     #[tokio::test(start_paused = true)]
@@ -311,7 +317,8 @@ mod tests {
     async fn a_slow_catch_up_comes_back_less_often_but_within_the_bound() {
         let c = ClaimCursor::default();
         c.start().finish(took(100));
-        tokio::time::advance(Duration::from_millis(4_999)).await;
+        let pause = Duration::from_millis(100) * CATCH_UP_COST;
+        tokio::time::advance(pause - Duration::from_millis(1)).await;
         assert!(!c.start().catch_up);
         tokio::time::advance(Duration::from_millis(1)).await;
         let t = c.start();
