@@ -118,9 +118,13 @@ pub fn spawn_with<S: JobSink + 'static>(
             "no notification listener (--pg-max-connections): idle workers poll"
         );
     }
+    // One claim cursor per relay: its workers' claims start where the relay's last ones took,
+    // and the wake-up lock's poll looks where they do.
+    let cursor = Arc::new(cursor::ClaimCursor::default());
     if wakeup.lock {
         let (h, stop) = (health.clone(), shutdown.clone());
         let (p, table, a) = (pool.clone(), settings.table.clone(), activity.clone());
+        let c = cursor.clone();
         let tx = wake_tx.clone();
         tracker.spawn(supervise::supervised(
             "wakeup",
@@ -132,6 +136,7 @@ pub fn spawn_with<S: JobSink + 'static>(
                     table.clone(),
                     a.clone(),
                     tx.clone(),
+                    c.clone(),
                     stop.clone(),
                 )
             },
@@ -143,8 +148,6 @@ pub fn spawn_with<S: JobSink + 'static>(
     let queries = Arc::new(Queries::for_layout(&settings.table, layout));
     let batch = Arc::new(settings.batch.clone());
     let slots = Arc::new(slots::SlotGate::default());
-    // One claim cursor per relay: its workers' claims start where the relay's last ones took.
-    let cursor = Arc::new(cursor::ClaimCursor::default());
     for sink in sinks {
         let batcher = Arc::new(
             Batcher::new(pool.clone(), queries.clone(), batch.clone(), sink)

@@ -36,6 +36,7 @@ use sqlx::{Connection, PgConnection, PgPool};
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::relay::cursor::ClaimCursor;
 use crate::table::TableName;
 
 /// How long after the last non-empty claim the relay stays awake.
@@ -112,7 +113,10 @@ pub enum Next {
 pub struct WakeupLock {
     pool: PgPool,
     channel: String,
-    ready_sql: String,
+    /// The awake poll's statement, before and after the id it starts above.
+    ready_sql: (String, String),
+    /// The relay's claim cursor: the poll looks above its mark, as claims do.
+    cursor: Option<Arc<ClaimCursor>>,
     activity: Arc<Activity>,
     wake: watch::Sender<u64>,
     /// The lock's session, kept from a failed try to the next.
@@ -142,11 +146,19 @@ impl WakeupLock {
             // all of them every millisecond, while the index scan skips entries already marked
             // dead. `statement_timestamp()`, not `now()`: the poll runs in the lock's
             // transaction, whose `now()` stays at its start.
-            ready_sql: format!(
-                "SELECT EXISTS (SELECT 1 FROM {} WHERE available_at <= statement_timestamp() \
-                 ORDER BY id LIMIT 1)",
-                table.pending()
+            // Above the relay's claim mark ([`ClaimCursor`]): below it, the index entries of
+            // rows the claims deleted stay until vacuum (or, while a long transaction holds
+            // the xmin horizon, until it ends), and a poll from the lowest id every millisecond
+            // would walk all of them. Rows that become claimable below the mark are the
+            // catch-up claims' (docs/guarantees.md#where-a-claim-looks).
+            ready_sql: (
+                format!(
+                    "SELECT EXISTS (SELECT 1 FROM {} WHERE id > ",
+                    table.pending()
+                ),
+                " AND available_at <= statement_timestamp() ORDER BY id LIMIT 1)".to_owned(),
             ),
+            cursor: None,
             activity,
             wake,
             session: None,
@@ -155,6 +167,12 @@ impl WakeupLock {
             tried_at: None,
             backoff: crate::backoff::Backoff::transient(),
         }
+    }
+
+    /// Polls above `cursor`'s mark (the relay's claims' cursor) instead of from the lowest id.
+    pub fn with_cursor(mut self, cursor: Arc<ClaimCursor>) -> Self {
+        self.cursor = Some(cursor);
+        self
     }
 
     /// Whether this relay holds the lock (producers skip NOTIFY).
@@ -201,9 +219,20 @@ impl WakeupLock {
                 // Not held (a producer's long transaction, or Postgres failing): producers
                 // notify; nothing to poll until the next try.
                 None => LOCK_WAIT,
-                Some(con) => match bounded(crate::db::simple_query(con, &self.ready_sql))
-                    .await
-                    .and_then(|row| sqlx::Row::try_get::<bool, _>(&row, 0))
+                Some(con) => match bounded(crate::db::simple_query(
+                    con,
+                    &format!(
+                        "{}{}{}",
+                        self.ready_sql.0,
+                        self.cursor
+                            .as_ref()
+                            .and_then(|c| c.mark())
+                            .unwrap_or(i64::MIN),
+                        self.ready_sql.1
+                    ),
+                ))
+                .await
+                .and_then(|row| sqlx::Row::try_get::<bool, _>(&row, 0))
                 {
                     Ok(ready) => {
                         if ready {
@@ -252,9 +281,10 @@ pub async fn keep_awake(
     table: TableName,
     activity: Arc<Activity>,
     wake: watch::Sender<u64>,
+    cursor: Arc<ClaimCursor>,
     shutdown: CancellationToken,
 ) {
-    let mut lock = WakeupLock::new(pool, &table, activity.clone(), wake);
+    let mut lock = WakeupLock::new(pool, &table, activity.clone(), wake).with_cursor(cursor);
     while !shutdown.is_cancelled() {
         match lock.step(&shutdown).await {
             Next::Pause(pause) => {

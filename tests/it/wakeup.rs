@@ -226,6 +226,59 @@ async fn the_wakeup_lock_steps_through_take_poll_release(pool: PgPool) {
     assert_eq!(lock.step(&stop).await, Next::Idle);
 }
 
+/// The awake poll looks where the relay's claims look: above their mark. Rows below it are the
+/// catch-up claims' (docs/guarantees.md#where-a-claim-looks); the dead index entries the claims
+/// left there are not walked every millisecond.
+#[sqlx::test]
+async fn the_awake_poll_looks_above_the_claim_mark(pool: PgPool) {
+    use jobrelay::relay::cursor::{ClaimCursor, Claimed};
+    use jobrelay::wakeup::lock::{Activity, Next, WakeupLock, AWAKE_POLL};
+    use std::sync::Arc;
+    insert_rows(&pool, 1, "below").await;
+    let below: i64 = sqlx::query_scalar("SELECT max(id) FROM pending_jobs")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    // A claim that took up to `below` (its row stands for one handed back since), old enough
+    // to be the mark.
+    let cursor = Arc::new(ClaimCursor::default());
+    cursor.start().finish(Claimed {
+        last_id: Some(below),
+        ..Claimed::default()
+    });
+    let c = cursor.clone();
+    wait_until("the claim becomes the mark", Duration::from_secs(5), || {
+        let c = c.clone();
+        async move {
+            drop(c.start());
+            c.mark() == Some(below)
+        }
+    })
+    .await;
+
+    let activity = Arc::new(Activity::default());
+    let (wake, mut woken) = tokio::sync::watch::channel(0u64);
+    let mut lock = WakeupLock::new(pool.clone(), &Default::default(), activity.clone(), wake)
+        .with_cursor(cursor);
+    let stop = tokio_util::sync::CancellationToken::new();
+    activity.mark();
+    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
+    assert!(lock.held(), "taken while awake");
+    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
+    assert!(
+        !woken.has_changed().unwrap(),
+        "a row at or below the mark is not the poll's"
+    );
+    insert_rows(&pool, 1, "above").await;
+    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
+    assert!(
+        woken.has_changed().unwrap(),
+        "a row above the mark wakes the workers"
+    );
+    woken.borrow_and_update();
+    lock.close().await;
+}
+
 #[sqlx::test]
 async fn notify_wakes_an_idle_relay(pool: PgPool) {
     let ns = Namespace::new();
