@@ -228,3 +228,29 @@ fn assert_no_secret(secret: &str, what: &str, texts: &[&str]) {
         }
     }
 }
+
+/// `(pending rows, highest attempts among them, dead letters)`.
+async fn rows_state(pool: &PgPool) -> (i64, i32, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM pending_jobs),
+                (SELECT COALESCE(max(attempts), 0) FROM pending_jobs),
+                (SELECT count(*) FROM pending_jobs_dead)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// The daemon's Redis episode events: (message, reason).
+fn redis_episodes(d: &Daemon) -> Vec<(String, String)> {
+    d.events()
+        .into_iter()
+        .filter(|e| e["dependency"] == "redis" && e["message"] != "redis connected")
+        .map(|e| {
+            (
+                e["message"].as_str().unwrap_or_default().to_owned(),
+                e["reason"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
