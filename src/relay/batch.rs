@@ -273,8 +273,8 @@ impl<S: JobSink> Batcher<S> {
     /// rolled back, every row is pending again as it was), in a statement of its own. A
     /// delete writes no new row, so it succeeds where the hand-back's INSERT could not extend
     /// a full tablespace. The failed rows stay pending, untouched, and are retried with the
-    /// next batch. A row another worker claimed in the meantime is left to it: its push finds
-    /// the dedup marker (a duplicate) and deletes it.
+    /// next batch. A row another worker claimed in the meantime is waited for
+    /// ([`Queries::settle_acknowledged`]).
     async fn settle_acknowledged(
         &self,
         conn: &mut PgConnection,

@@ -197,10 +197,15 @@ impl Queries {
             dead_letter: format!(
                 "INSERT INTO {d} ({row_columns}) SELECT {from_unnest} FROM {unnest}"
             ),
-            // A row another worker claimed meanwhile is skipped: that worker settles it.
+            // A row another worker claimed meanwhile is waited for (in `id` order, so two
+            // settles never wait on each other in a cycle): if that worker commits, the row
+            // is gone and nothing is deleted here; if it rolls back (its own hand-back failing
+            // too, on the same full disk), the row is deleted here. Skipping it instead let two
+            // workers hand the rows to each other until the markers expired, and the jobs were
+            // pushed again (seen: 1,978 pushes for 999 jobs).
             settle_acknowledged: format!(
                 "DELETE FROM {t} WHERE ctid = ANY(ARRAY(
-                     SELECT ctid FROM {t} WHERE id = ANY($1::int8[]) FOR UPDATE SKIP LOCKED))"
+                     SELECT ctid FROM {t} WHERE id = ANY($1::int8[]) ORDER BY id FOR UPDATE))"
             ),
         }
     }
