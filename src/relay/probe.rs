@@ -179,8 +179,8 @@ impl Probe {
                 table.pending()
             ),
             lock_sql: LOCK_SQL
-                .replace("$1", &sql_literal(&table.pending()))
-                .replace("$2", &sql_literal(&table.dead())),
+                .replace("$1", &super::queries::sql_literal(&table.pending()))
+                .replace("$2", &super::queries::sql_literal(&table.dead())),
             tables: (table.pending(), table.dead()),
             probe_key: format!("{namespace}jobrelay:probe"),
             timeout,
@@ -412,11 +412,6 @@ async fn lock_holder(
         seconds: row.try_get(3)?,
         state: row.try_get(4)?,
     }))
-}
-
-/// `text` as an SQL string literal.
-fn sql_literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
 }
 
 /// Whether the error says the relation itself is missing (not the schema or the database,

@@ -212,6 +212,6 @@ impl Queries {
 }
 
 /// `text` as an SQL string literal (a table name: letters, digits, `_` and `.` only).
-fn sql_literal(text: &str) -> String {
+pub(crate) fn sql_literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }

@@ -230,14 +230,7 @@ impl Listener {
         use sqlx::Row as _;
         // Its text is what pg_stat_activity shows for the listener's server process.
         let mine = format!("SELECT pg_backend_pid() /* jobrelay listener: {check} */");
-        let first = match step(shutdown, async {
-            listener
-                .fetch_one(mine.as_str())
-                .await?
-                .try_get::<i32, _>(0)
-        })
-        .await
-        {
+        let first = match step(shutdown, backend_pid(listener, &mine)).await {
             Step::Done(p) => p,
             other => return other.map(|_| false),
         };
@@ -260,14 +253,7 @@ impl Listener {
             Step::Done(found) => found,
             o => return o.map(|_| false),
         };
-        let again = match step(shutdown, async {
-            listener
-                .fetch_one(mine.as_str())
-                .await?
-                .try_get::<i32, _>(0)
-        })
-        .await
-        {
+        let again = match step(shutdown, backend_pid(listener, &mine)).await {
             Step::Done(p) => p,
             o => return o.map(|_| false),
         };
@@ -340,6 +326,12 @@ impl<T> Step<T> {
 }
 
 /// `fut` within [`CHECK_TIMEOUT`], unless `shutdown` fires first.
+/// The server process behind `listener`, asked with `mine` (a simple query).
+async fn backend_pid(listener: &mut PgListener, mine: &str) -> sqlx::Result<i32> {
+    use sqlx::Row as _;
+    listener.fetch_one(mine).await?.try_get::<i32, _>(0)
+}
+
 async fn step<T>(
     shutdown: &CancellationToken,
     fut: impl std::future::Future<Output = sqlx::Result<T>>,
