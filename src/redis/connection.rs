@@ -785,8 +785,16 @@ impl Sentinel {
             }
         }
         let e = last.unwrap_or_else(|| timed_out("asking the sentinels"));
-        // Whatever went wrong, the primary cannot be reached now: an outage of the endpoint
-        // (reason "unreachable"), never a fault of the request that needed the connection.
+        if e.kind() == redis::ErrorKind::AuthenticationFailed {
+            // A wrong password (the Sentinels' or the servers'): named for what it is.
+            return Err(RedisError::from((
+                redis::ErrorKind::AuthenticationFailed,
+                "no sentinel named a reachable primary",
+                format!("{:?}: {e}", self.master_name),
+            )));
+        }
+        // Whatever else went wrong, the primary cannot be reached now: an outage of the
+        // endpoint (reason "unreachable"), never a fault of the request that needed it.
         Err(RedisError::from(std::io::Error::new(
             std::io::ErrorKind::NotConnected,
             format!(

@@ -62,7 +62,10 @@ impl RedisServer {
                 let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
                 if s.write_all(b"PING\r\n").is_ok() {
                     let mut buf = [0u8; 7];
-                    if s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n" {
+                    // A server that requires a password answers `-NOAUTH ...`: it is up too.
+                    if s.read_exact(&mut buf).is_ok()
+                        && (&buf == b"+PONG\r\n" || buf.starts_with(b"-NOAUTH"))
+                    {
                         return;
                     }
                 }

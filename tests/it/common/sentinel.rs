@@ -16,6 +16,8 @@ pub struct SentinelGroup {
     /// The two servers; which one is the primary changes with failovers ([`Self::primary`]).
     pub servers: [RedisServer; 2],
     sentinels: Vec<SentinelProcess>,
+    /// The Sentinels' own password (`requirepass` in their configuration), if any.
+    sentinel_password: Option<String>,
 }
 
 struct SentinelProcess {
@@ -36,6 +38,18 @@ impl SentinelGroup {
     /// replica replicating, and three Sentinels (quorum 2, a primary is down after 1 s of
     /// silence); returns once the Sentinels know the replica and each other.
     pub async fn start(server_args: &[&str]) -> Self {
+        SentinelGroup::start_with_auth(server_args, None).await
+    }
+
+    /// As [`Self::start`], with `auth = (server password, sentinel password)`: the servers
+    /// require the first (the replica and the Sentinels authenticate with it), the Sentinels
+    /// the second (they authenticate to each other with it).
+    pub async fn start_with_auth(server_args: &[&str], auth: Option<(&str, &str)>) -> Self {
+        let mut server_args: Vec<&str> = server_args.to_vec();
+        if let Some((pw, _)) = auth {
+            server_args.extend(["--requirepass", pw, "--masterauth", pw]);
+        }
+        let server_args = &server_args[..];
         let primary = RedisServer::start_with(server_args);
         let primary_port = primary.port.to_string();
         let mut replica_args: Vec<&str> = server_args.to_vec();
@@ -53,8 +67,15 @@ impl SentinelGroup {
                      sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2\n\
                      sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
                      sentinel failover-timeout {MASTER_NAME} 10000\n\
-                     sentinel parallel-syncs {MASTER_NAME} 1\n",
-                    dir = dir.path().display()
+                     sentinel parallel-syncs {MASTER_NAME} 1\n{auth}",
+                    dir = dir.path().display(),
+                    auth = match auth {
+                        Some((pw, spw)) => format!(
+                            "sentinel auth-pass {MASTER_NAME} {pw}\nrequirepass {spw}\n\
+                             sentinel sentinel-pass {spw}\n"
+                        ),
+                        None => String::new(),
+                    }
                 ),
             )
             .unwrap();
@@ -74,6 +95,7 @@ impl SentinelGroup {
         let group = SentinelGroup {
             servers: [primary, replica],
             sentinels,
+            sentinel_password: auth.map(|(_, spw)| spw.to_owned()),
         };
         group.wait_settled().await;
         group
@@ -89,11 +111,19 @@ impl SentinelGroup {
         format!("redis+sentinel://{}/{MASTER_NAME}", hosts.join(","))
     }
 
+    /// A Sentinel's own URL, with its password.
+    fn sentinel_url(&self, port: u16) -> String {
+        match &self.sentinel_password {
+            Some(spw) => format!("redis://:{spw}@127.0.0.1:{port}"),
+            None => format!("redis://127.0.0.1:{port}"),
+        }
+    }
+
     /// Asks the first Sentinel that answers.
     pub async fn ask(&self, args: &[&str]) -> redis::RedisResult<redis::Value> {
         let mut last = None;
         for s in &self.sentinels {
-            let client = redis::Client::open(format!("redis://127.0.0.1:{}", s.port)).unwrap();
+            let client = redis::Client::open(self.sentinel_url(s.port)).unwrap();
             let con = tokio::time::timeout(
                 Duration::from_secs(2),
                 client.get_multiplexed_async_connection(),
@@ -146,7 +176,7 @@ impl SentinelGroup {
 
     async fn settled(&self) -> bool {
         for s in &self.sentinels {
-            let client = redis::Client::open(format!("redis://127.0.0.1:{}", s.port)).unwrap();
+            let client = redis::Client::open(self.sentinel_url(s.port)).unwrap();
             let Ok(mut con) = client.get_multiplexed_async_connection().await else {
                 return false;
             };

@@ -375,3 +375,49 @@ async fn a_plain_url_leaves_a_demoted_primary_for_the_new_one(pool: PgPool) {
     assert_eq!(dead_count(&pool).await, 0);
     figures("plain_url_moved", t.relayed, 0, t.lost.len());
 }
+
+/// Sentinels and servers that both require a password (docs/redis.md#sentinel): the URL's
+/// userinfo is the servers', `sentinel_password` the Sentinels'. With both right, `check`
+/// finds the primary through the Sentinels and is ok; with the Sentinels' wrong, it says
+/// `authentication failed` and prints neither password.
+#[sqlx::test]
+async fn sentinels_and_servers_behind_passwords(pool: PgPool) {
+    let (pw, spw) = ("srv-4f1c9a", "snt-8b27d0");
+    let group = SentinelGroup::start_with_auth(&[], Some((pw, spw))).await;
+    let hosts = group.url();
+    let hosts = hosts
+        .strip_prefix("redis+sentinel://")
+        .expect("a sentinel URL");
+    let db = database_url_of(&pool).await;
+    let ns = Namespace::new();
+    let check = |url: String| {
+        let (db, prefix) = (db.clone(), ns.prefix.clone());
+        async move {
+            run_relay(
+                &["check"],
+                &[
+                    ("DATABASE_URL", db.as_str()),
+                    ("REDIS_URL", url.as_str()),
+                    ("JOBRELAY_NAMESPACE", prefix.as_str()),
+                ],
+            )
+            .await
+        }
+    };
+    let (code, out, err) = check(format!(
+        "redis+sentinel://:{pw}@{hosts}?sentinel_password={spw}"
+    ))
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("redis: ok"), "{out}");
+    let (code, out, err) = check(format!(
+        "redis+sentinel://:{pw}@{hosts}?sentinel_password=wrong-{spw}"
+    ))
+    .await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("redis: authentication failed: "), "{out}");
+    for text in [&out, &err] {
+        assert!(!text.contains(pw) && !text.contains(spw), "{text}");
+    }
+    println!("wrong sentinel password: {out}");
+}
