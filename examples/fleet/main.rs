@@ -767,6 +767,8 @@ struct Logs {
     /// Batches whose line had no `claim_ms` (a relay binary older than the field).
     without_claim_ms: usize,
     claimed: u64,
+    /// Claims that found every claim slot taken ("no claim slot free"): a transaction each.
+    slot_misses: u64,
     duplicates: u64,
     first_commit: Option<DateTime<Utc>>,
     last_commit: Option<DateTime<Utc>>,
@@ -787,6 +789,9 @@ impl Logs {
                 if level == "WARN" || level == "ERROR" {
                     logs.warnings += 1;
                     logs.first_warning.get_or_insert_with(|| line.to_owned());
+                }
+                if v["message"] == "no claim slot free" {
+                    logs.slot_misses += 1;
                 }
                 if v["message"] != "batch committed" {
                     continue;
@@ -971,6 +976,7 @@ async fn drain(
         "rows_per_second": round(rows / seconds, 0),
         "claim_ms": claim_stats(&logs.claim_ms),
         "rows_per_batch": round(logs.claimed as f64 / logs.claim_ms.len().max(1) as f64, 1),
+        "slot_misses": logs.slot_misses,
         "pg_us_per_row": pg_relay.map(us_per_row),
         "pg_all_us_per_row": pg_all.map(us_per_row),
         "relay_us_per_row": us_per_row(relay_cpu),
@@ -987,7 +993,8 @@ async fn drain(
     });
     note!(
         "fleet: round {round_no} {config:<8} {}x{}: {} rows in {:.2} s = {:.0} rows/s; claim ms \
-         p50/p99/max {}/{}/{} ({} batches); PG µs/row {} (all of Postgres {}); exactly once: {}",
+         p50/p99/max {}/{}/{} ({} batches, {} slot misses); PG µs/row {} (all of Postgres {}); \
+         exactly once: {}",
         shape.processes,
         shape.workers,
         args.rows,
@@ -997,6 +1004,7 @@ async fn drain(
         show(&run["claim_ms"]["p99"]),
         show(&run["claim_ms"]["max"]),
         run["claim_ms"]["batches"],
+        logs.slot_misses,
         show(&run["pg_us_per_row"]),
         show(&run["pg_all_us_per_row"]),
         run["check"]["exactly_once"],

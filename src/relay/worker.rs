@@ -17,7 +17,8 @@ use crate::wakeup::lock::Activity;
 /// Repeats batches until `shutdown`: a full batch (`batch_size` rows, or stopped at the byte
 /// cap) loops at once; otherwise the worker waits for a wake-up or `poll_interval`. A transient failure backs off (100 ms doubling to 30 s, with
 /// jitter), cut short when [`Health`] sees a dependency recover. While the fleet's claim slots
-/// are all taken, the relay's workers wait at `slots` (one of them asks). The batch in hand
+/// are all taken, the relay's workers wait at `slots` (one of them asks; a worker whose full
+/// batch held a slot keeps its turn). The batch in hand
 /// when `shutdown` fires is finished, not abandoned.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn work<S: JobSink>(
@@ -32,11 +33,13 @@ pub(crate) async fn work<S: JobSink>(
 ) {
     let mut backoff = Backoff::transient();
     let mut recovered = health.recoveries();
+    // The last batch held a claim slot and came back full: the next one goes at once.
+    let mut turn = false;
     while !shutdown.is_cancelled() {
         health.beat();
         wake.borrow_and_update();
         recovered.borrow_and_update();
-        let Some(pass) = slots.admit(&shutdown).await else {
+        let Some(pass) = slots.admit(&shutdown, std::mem::take(&mut turn)).await else {
             break;
         };
         let started = Instant::now();
@@ -47,6 +50,7 @@ pub(crate) async fn work<S: JobSink>(
                 // millisecond), then less and less often, up to the poll interval: not at every
                 // wake-up, which comes every millisecond while this relay holds the wake-up
                 // lock. Its other workers do not ask meanwhile.
+                tracing::debug!("no claim slot free");
                 health.batch_completed();
                 health.ok_at(Dependency::Postgres, started);
                 backoff.reset();
@@ -92,6 +96,7 @@ pub(crate) async fn work<S: JobSink>(
                     }
                     backoff.reset();
                     if report.more || report.claimed as usize >= batch_size {
+                        turn = true;
                         continue;
                     }
                     poll_interval
