@@ -35,6 +35,18 @@ pub enum Error {
         source: prost::EncodeError,
     },
 
+    /// The job cannot be written in the relay's layout (e.g. a Sidekiq job whose payload is
+    /// not a JSON array, a flow row for a runner without flows). Permanent.
+    #[error("job {uuid} does not fit the {layout} layout: {reason}")]
+    Unfit {
+        /// The job's uuid.
+        uuid: uuid::Uuid,
+        /// The layout (`--layout`).
+        layout: crate::redis::layout::LayoutKind,
+        /// Why.
+        reason: crate::redis::layout::Unfit,
+    },
+
     /// The marshalled job is larger than `--max-job-size`. Permanent.
     #[error("job too large: {size} bytes marshalled, over --max-job-size ({max} bytes)")]
     TooLarge {
@@ -320,9 +332,10 @@ impl Error {
     /// The class of this error; see [`ErrorClass`].
     pub fn class(&self) -> ErrorClass {
         match self {
-            Error::InvalidJob { .. } | Error::Marshal { .. } | Error::TooLarge { .. } => {
-                ErrorClass::Permanent
-            }
+            Error::InvalidJob { .. }
+            | Error::Marshal { .. }
+            | Error::Unfit { .. }
+            | Error::TooLarge { .. } => ErrorClass::Permanent,
             Error::Refused { .. } => ErrorClass::PerJob,
             Error::Unacknowledged { .. }
             | Error::Redis(_)

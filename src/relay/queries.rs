@@ -124,6 +124,12 @@ impl Queries {
         } else {
             String::new()
         };
+        // A runner without a scheduled set gets a job once it is due: the row waits here.
+        let due = if layout.layout().holds_until_due() {
+            "AND (run_at IS NULL OR run_at <= now())"
+        } else {
+            ""
+        };
         let d = table.dead();
         Queries {
             // The rows are locked in `id` order, then deleted by their tuple ids: a TID scan,
@@ -156,7 +162,7 @@ impl Queries {
                      FROM {t}
                      WHERE (SELECT held FROM slot)
                        AND id >= $6::int8
-                       AND available_at <= now()
+                       AND available_at <= now() {due}
                        AND ($2::float8 IS NULL OR created_at <= now() - $2 * interval '1 second'
                             OR created_at NOT BETWEEN '0001-01-01 00:00:00+00'
                                                   AND '9999-12-31 23:59:59.999999+00')

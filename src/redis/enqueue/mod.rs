@@ -252,9 +252,10 @@ impl Enqueuer {
         job.validate()?;
         self.layout
             .encode(job, buf)
-            .map_err(|source| Error::Marshal {
+            .map_err(|reason| Error::Unfit {
                 uuid: job.uuid,
-                source,
+                layout: self.layout.kind(),
+                reason,
             })?;
         if buf.len() > self.max_job_bytes {
             return Err(Error::TooLarge {

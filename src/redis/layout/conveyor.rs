@@ -22,7 +22,7 @@ use std::fmt::Write as _;
 use prost::Message;
 use uuid::Uuid;
 
-use super::{push_keys, uuid_str, Layout, LayoutKind};
+use super::{push_keys, uuid_str, Layout, LayoutKind, Unfit};
 use crate::job::{epoch_score, timestamp, Job};
 use crate::proto::wire;
 
@@ -76,8 +76,10 @@ impl Layout for Conveyor {
         concat!(include_str!("prelude.lua"), include_str!("conveyor.lua"))
     }
 
-    fn encode(&self, job: &Job, buf: &mut Vec<u8>) -> std::result::Result<(), prost::EncodeError> {
-        Conveyor::message(job, true).encode(buf)
+    fn encode(&self, job: &Job, buf: &mut Vec<u8>) -> std::result::Result<(), Unfit> {
+        Conveyor::message(job, true)
+            .encode(buf)
+            .map_err(Unfit::marshal)
     }
 
     /// Two keys, the marker key and the queue key, and three arguments: the route, the job's

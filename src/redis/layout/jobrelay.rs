@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use prost::Message;
 use uuid::Uuid;
 
-use super::{push_keys, uuid_str, Layout, LayoutKind};
+use super::{push_keys, uuid_str, Layout, LayoutKind, Unfit};
 use crate::job::{epoch_score, Job};
 
 /// The layout.
@@ -34,8 +34,8 @@ impl Layout for Jobrelay {
         concat!(include_str!("prelude.lua"), include_str!("jobrelay.lua"))
     }
 
-    fn encode(&self, job: &Job, buf: &mut Vec<u8>) -> std::result::Result<(), prost::EncodeError> {
-        job.to_proto().encode(buf)
+    fn encode(&self, job: &Job, buf: &mut Vec<u8>) -> std::result::Result<(), Unfit> {
+        job.to_proto().encode(buf).map_err(Unfit::marshal)
     }
 
     /// Two keys, the marker key and the queue key, and two arguments: the route and the

@@ -74,6 +74,20 @@ impl FromStr for LayoutKind {
     }
 }
 
+/// Why a job cannot be written in a layout (its payload is not what the runner's jobs carry, it
+/// names a flow the runner has none of, ...): a permanent failure, the row is dead-lettered
+/// with this reason ([`crate::Error::Unfit`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unfit(pub String);
+
+impl Unfit {
+    /// A protobuf encoder's error (which a growable buffer never meets).
+    pub(crate) fn marshal(e: prost::EncodeError) -> Unfit {
+        Unfit(format!("cannot marshal to protobuf: {e}"))
+    }
+}
+
 /// One Redis layout: wire encoding, keys and enqueue script.
 ///
 /// The script receives `ARGV[1]` = the namespace, `ARGV[2]` = the marker TTL in milliseconds
@@ -88,8 +102,8 @@ pub trait Layout: Send + Sync + fmt::Debug {
     /// The enqueue script's source.
     fn script(&self) -> &'static str;
 
-    /// Appends the job's wire encoding to `buf`.
-    fn encode(&self, job: &Job, buf: &mut Vec<u8>) -> std::result::Result<(), prost::EncodeError>;
+    /// Appends the job's wire encoding to `buf`, or says why the job has none in this layout.
+    fn encode(&self, job: &Job, buf: &mut Vec<u8>) -> std::result::Result<(), Unfit>;
 
     /// Appends the job's script arguments; `encoded` is [`Layout::encode`]'s output.
     /// `scratch` is a reusable buffer for building keys.
@@ -116,6 +130,13 @@ pub trait Layout: Send + Sync + fmt::Debug {
     /// claim then takes a row only once no pending row names it, and a batch goes out with
     /// such dependents first.
     fn orders_flows(&self) -> bool;
+
+    /// Whether a job whose `run_at` is in the future stays in the outbox until it is due (the
+    /// runner has no scheduled set the relay could write it to): the claim then takes a row
+    /// only once its `run_at` has passed, and the job goes out without one.
+    fn holds_until_due(&self) -> bool {
+        false
+    }
 
     /// A script the relay runs every second or so, if the layout needs housekeeping. It gets
     /// `ARGV[1]` = the namespace, `ARGV[2]` = a grace period in milliseconds, `ARGV[3]` = a
