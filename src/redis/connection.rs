@@ -213,6 +213,10 @@ impl RedisEndpoint {
                 b = b.set_client_to_sentinel_password(p.clone());
             }
             if spec.tls.is_on() {
+                // Without the first, the servers the Sentinels name would be reached over
+                // plain TCP. The Sentinels' addresses are TLS already (`spec.tls.addr` above):
+                // the second only restates that (sentinels_over_tls_are_followed passes
+                // without it, and fails without the Sentinels' certificates below).
                 b = b
                     .set_client_to_redis_tls_mode(TlsMode::Secure)
                     .set_client_to_sentinel_tls_mode(TlsMode::Secure);

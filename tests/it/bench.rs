@@ -79,10 +79,8 @@ async fn the_benchmark_runs_with_small_sizes_and_cleans_up() {
             .await
             .unwrap();
     assert!(!exists, "{db} was dropped");
-    let ns = crate::common::Namespace {
-        prefix: report["sandbox"]["namespace"].as_str().unwrap().to_owned(),
-        url: args.redis_url.clone(),
-    };
+    let ns = crate::common::Namespace::on(&args.redis_url)
+        .with_prefix(report["sandbox"]["namespace"].as_str().unwrap());
     assert!(
         ns.keys().await.is_empty(),
         "no key left under {}",
@@ -229,10 +227,8 @@ async fn assert_the_sandbox_is_gone(
             .await
             .unwrap();
     assert!(!exists, "{db} was dropped");
-    let ns = crate::common::Namespace {
-        prefix: report["sandbox"]["namespace"].as_str().unwrap().to_owned(),
-        url: redis_url.to_owned(),
-    };
+    let ns = crate::common::Namespace::on(redis_url)
+        .with_prefix(report["sandbox"]["namespace"].as_str().unwrap());
     assert!(
         ns.keys().await.is_empty(),
         "no key left under {}",

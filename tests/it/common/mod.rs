@@ -32,10 +32,26 @@ pub fn redis_url() -> String {
         .unwrap_or_else(|| "redis://127.0.0.1:6379".into())
 }
 
+/// A client for `url`, trusting the CA `tls_ca` (PEM) if given (a `rediss://` URL).
+pub fn redis_client(url: &str, tls_ca: Option<&[u8]>) -> redis::RedisResult<redis::Client> {
+    match tls_ca {
+        None => redis::Client::open(url),
+        Some(pem) => redis::Client::build_with_tls(
+            url,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.to_vec()),
+            },
+        ),
+    }
+}
+
 /// A random key namespace on a Redis; its keys are deleted on drop.
 pub struct Namespace {
     pub prefix: String,
     pub url: String,
+    /// The CA (PEM) to trust, for a Redis that speaks only TLS.
+    pub tls_ca: Option<Vec<u8>>,
 }
 
 impl Namespace {
@@ -49,7 +65,16 @@ impl Namespace {
         Namespace {
             prefix: format!("t{}:", uuid::Uuid::new_v4().simple()),
             url: url.to_owned(),
+            tls_ca: None,
         }
+    }
+
+    /// A fresh namespace on a private server (over TLS, trusting its CA, if it speaks only
+    /// TLS).
+    pub fn on_server(server: &redis_server::RedisServer) -> Self {
+        let mut ns = Namespace::on(&server.url());
+        ns.tls_ca = server.tls_ca().map(<[u8]>::to_vec);
+        ns
     }
 
     /// This namespace's server with another namespace's `prefix`: e.g. the keys a relay wrote
@@ -64,9 +89,13 @@ impl Namespace {
         format!("{}{key}", self.prefix)
     }
 
+    fn client(&self) -> redis::RedisResult<redis::Client> {
+        redis_client(&self.url, self.tls_ca.as_deref())
+    }
+
     /// A new multiplexed connection.
     pub async fn con(&self) -> MultiplexedConnection {
-        redis::Client::open(self.url.as_str())
+        self.client()
             .unwrap()
             .get_multiplexed_async_connection()
             .await
@@ -75,7 +104,7 @@ impl Namespace {
 
     /// A connection manager (what the relay's sink uses).
     pub async fn manager(&self) -> redis::aio::ConnectionManager {
-        redis::aio::ConnectionManager::new(redis::Client::open(self.url.as_str()).unwrap())
+        redis::aio::ConnectionManager::new(self.client().unwrap())
             .await
             .expect("redis reachable")
     }
@@ -141,10 +170,10 @@ impl Namespace {
 impl Drop for Namespace {
     fn drop(&mut self) {
         // Best effort, on a thread of its own (drop may run inside a runtime).
-        let url = self.url.clone();
+        let client = self.client();
         let prefix = self.prefix.clone();
         let _ = std::thread::spawn(move || {
-            if let Ok(client) = redis::Client::open(url.as_str()) {
+            if let Ok(client) = client {
                 if let Ok(mut con) = client.get_connection() {
                     let mut cursor: u64 = 0;
                     while let Ok((next, keys)) = redis::cmd("SCAN")

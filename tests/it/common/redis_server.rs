@@ -4,11 +4,16 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::pg_server::Certs;
+
 /// A redis-server child process owned by one test.
 pub struct RedisServer {
+    /// The port it listens on: plain TCP, or TLS for a server started with [`Self::start_tls`].
     pub port: u16,
     child: Option<Child>,
     extra: Vec<String>,
+    /// For a server that speaks only TLS: the CA (PEM) its certificate is checked against.
+    tls_ca: Option<Vec<u8>>,
     pub dir: tempfile::TempDir,
 }
 
@@ -20,27 +25,75 @@ impl RedisServer {
 
     /// Starts a server with extra command-line options (e.g. TLS settings).
     pub fn start_with(extra: &[&str]) -> Self {
+        RedisServer::spawn(extra.iter().map(|s| s.to_string()).collect(), None)
+    }
+
+    /// Starts a server that speaks only TLS (`--port 0`; [`Self::port`] is its `--tls-port`)
+    /// with `certs`' certificate, not asking clients for one; a replica of it (`--replicaof`
+    /// in `extra`) replicates over TLS (`--tls-replication yes`: a primary without a plain
+    /// port cannot be reached otherwise).
+    pub fn start_tls(certs: &Certs, extra: &[&str]) -> Self {
+        let path = |p: &std::path::Path| p.to_str().expect("a UTF-8 path").to_owned();
+        let mut args: Vec<String> = vec![
+            "--tls-cert-file".into(),
+            path(&certs.cert),
+            "--tls-key-file".into(),
+            path(&certs.key),
+            "--tls-ca-cert-file".into(),
+            path(&certs.ca),
+            "--tls-auth-clients".into(),
+            "no".into(),
+            "--tls-replication".into(),
+            "yes".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let ca = std::fs::read(&certs.ca).expect("the CA certificate");
+        RedisServer::spawn(args, Some(ca))
+    }
+
+    fn spawn(extra: Vec<String>, tls_ca: Option<Vec<u8>>) -> Self {
         let mut s = RedisServer {
             port: super::free_port(),
             child: None,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
+            extra,
+            tls_ca,
             dir: tempfile::tempdir().unwrap(),
         };
         s.restart();
         s
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>`, or `rediss://` for a server that speaks only TLS.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls_ca.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// The CA (PEM) of a server that speaks only TLS.
+    pub fn tls_ca(&self) -> Option<&[u8]> {
+        self.tls_ca.as_deref()
+    }
+
+    /// A client for [`Self::url`] (trusting the CA of a server that speaks only TLS).
+    pub fn client(&self) -> redis::Client {
+        super::redis_client(&self.url(), self.tls_ca()).unwrap()
     }
 
     /// Starts the server again on the same port (after `kill`), waiting until it answers.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "already running");
-        let child = Command::new("redis-server")
-            .arg("--port")
-            .arg(self.port.to_string())
+        let port = self.port.to_string();
+        let mut cmd = Command::new("redis-server");
+        match self.tls_ca {
+            None => cmd.args(["--port", &port]),
+            // No plain port at all: whatever reaches this server speaks TLS.
+            Some(_) => cmd.args(["--port", "0", "--tls-port", &port]),
+        };
+        let child = cmd
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(self.dir.path())
@@ -57,7 +110,11 @@ impl RedisServer {
         let start = Instant::now();
         let addr = format!("127.0.0.1:{}", self.port);
         loop {
-            if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
+            if self.tls_ca.is_some() {
+                if self.answers_ping_over_tls() {
+                    return;
+                }
+            } else if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
                 use std::io::{Read, Write};
                 let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
                 if s.write_all(b"PING\r\n").is_ok() {
@@ -84,6 +141,19 @@ impl RedisServer {
         }
     }
 
+    /// Whether the server answers PING over TLS (`NOAUTH`, from a server that requires a
+    /// password, counts as an answer).
+    fn answers_ping_over_tls(&self) -> bool {
+        let Ok(mut con) = self
+            .client()
+            .get_connection_with_timeout(Duration::from_millis(500))
+        else {
+            return false;
+        };
+        let pong: redis::RedisResult<String> = redis::cmd("PING").query(&mut con);
+        pong.is_ok() || pong.is_err_and(|e| e.code() == Some("NOAUTH"))
+    }
+
     /// kill -9 the server (its data is gone: no persistence).
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -106,10 +176,7 @@ impl RedisServer {
 
     /// A synchronous connection to the server (as its default user).
     pub fn con(&self) -> redis::Connection {
-        redis::Client::open(self.url())
-            .unwrap()
-            .get_connection()
-            .unwrap()
+        self.client().get_connection().unwrap()
     }
 
     /// Whether the server process is running.

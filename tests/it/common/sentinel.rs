@@ -1,12 +1,14 @@
 //! A private Sentinel group for failover tests: a primary, a replica and three
 //! `redis-sentinel`s on free ports, each in a temporary directory; all five are killed and
-//! their directories removed on drop. Never touches the shared Redis.
+//! their directories removed on drop. Optionally behind passwords, or speaking only TLS
+//! ([`Setup`]). Never touches the shared Redis.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use super::pg_server::Certs;
 use super::redis_server::RedisServer;
-use super::wait_until;
+use super::{redis_client, wait_until};
 
 /// The group's name in the Sentinels' configuration.
 pub const MASTER_NAME: &str = "relaymaster";
@@ -18,6 +20,21 @@ pub struct SentinelGroup {
     sentinels: Vec<SentinelProcess>,
     /// The Sentinels' own password (`requirepass` in their configuration), if any.
     sentinel_password: Option<String>,
+    /// The CA (PEM) of a group that speaks only TLS.
+    tls_ca: Option<Vec<u8>>,
+}
+
+/// How a group is set up, beyond the defaults (no password, plain TCP).
+#[derive(Clone, Copy, Default)]
+pub struct Setup<'a> {
+    /// `(server password, sentinel password)`: the servers require the first (the replica
+    /// and the Sentinels authenticate with it), the Sentinels the second (they authenticate
+    /// to each other with it).
+    pub auth: Option<(&'a str, &'a str)>,
+    /// TLS only, with these certificates: servers and Sentinels have no plain port
+    /// (`port 0`); the replica replicates and the Sentinels talk to the servers and to each
+    /// other over TLS (`tls-replication yes`); no client certificate is asked for.
+    pub tls: Option<&'a Certs>,
 }
 
 struct SentinelProcess {
@@ -38,32 +55,71 @@ impl SentinelGroup {
     /// replica replicating, and three Sentinels (quorum 2, a primary is down after 1 s of
     /// silence); returns once the Sentinels know the replica and each other.
     pub async fn start(server_args: &[&str]) -> Self {
-        SentinelGroup::start_with_auth(server_args, None).await
+        SentinelGroup::start_with(server_args, Setup::default()).await
     }
 
-    /// As [`Self::start`], with `auth = (server password, sentinel password)`: the servers
-    /// require the first (the replica and the Sentinels authenticate with it), the Sentinels
-    /// the second (they authenticate to each other with it).
+    /// As [`Self::start`], with `auth = (server password, sentinel password)` ([`Setup::auth`]).
     pub async fn start_with_auth(server_args: &[&str], auth: Option<(&str, &str)>) -> Self {
+        SentinelGroup::start_with(
+            server_args,
+            Setup {
+                auth,
+                ..Setup::default()
+            },
+        )
+        .await
+    }
+
+    /// As [`Self::start`], speaking only TLS with `certs` ([`Setup::tls`]).
+    pub async fn start_tls(server_args: &[&str], certs: &Certs) -> Self {
+        SentinelGroup::start_with(
+            server_args,
+            Setup {
+                tls: Some(certs),
+                ..Setup::default()
+            },
+        )
+        .await
+    }
+
+    /// As [`Self::start`], set up as `setup` says.
+    pub async fn start_with(server_args: &[&str], setup: Setup<'_>) -> Self {
+        let Setup { auth, tls } = setup;
         let mut server_args: Vec<&str> = server_args.to_vec();
         if let Some((pw, _)) = auth {
             server_args.extend(["--requirepass", pw, "--masterauth", pw]);
         }
-        let server_args = &server_args[..];
-        let primary = RedisServer::start_with(server_args);
+        let server = |args: &[&str]| match tls {
+            Some(certs) => RedisServer::start_tls(certs, args),
+            None => RedisServer::start_with(args),
+        };
+        let primary = server(&server_args);
         let primary_port = primary.port.to_string();
-        let mut replica_args: Vec<&str> = server_args.to_vec();
+        let mut replica_args: Vec<&str> = server_args.clone();
         replica_args.extend(["--replicaof", "127.0.0.1", &primary_port]);
-        let replica = RedisServer::start_with(&replica_args);
+        let replica = server(&replica_args);
         let mut sentinels = Vec::new();
         for _ in 0..3 {
             let dir = tempfile::tempdir().unwrap();
             let port = super::free_port();
             let conf = dir.path().join("sentinel.conf");
+            // With TLS, a Sentinel listens on `tls-port` only, and `tls-replication yes`
+            // makes it reach the servers and the other Sentinels over TLS, and announce its
+            // TLS port to them.
+            let listen = match tls {
+                None => format!("port {port}\n"),
+                Some(c) => format!(
+                    "port 0\ntls-port {port}\ntls-cert-file {cert}\ntls-key-file {key}\n\
+                     tls-ca-cert-file {ca}\ntls-auth-clients no\ntls-replication yes\n",
+                    cert = c.cert.display(),
+                    key = c.key.display(),
+                    ca = c.ca.display(),
+                ),
+            };
             std::fs::write(
                 &conf,
                 format!(
-                    "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
+                    "{listen}bind 127.0.0.1\ndaemonize no\ndir {dir}\n\
                      sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2\n\
                      sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
                      sentinel failover-timeout {MASTER_NAME} 10000\n\
@@ -96,34 +152,50 @@ impl SentinelGroup {
             servers: [primary, replica],
             sentinels,
             sentinel_password: auth.map(|(_, spw)| spw.to_owned()),
+            tls_ca: tls.map(|c| std::fs::read(&c.ca).expect("the CA certificate")),
         };
         group.wait_settled().await;
         group
     }
 
-    /// `redis+sentinel://127.0.0.1:<p1>,127.0.0.1:<p2>,127.0.0.1:<p3>/relaymaster`.
+    /// `redis+sentinel://127.0.0.1:<p1>,127.0.0.1:<p2>,127.0.0.1:<p3>/relaymaster`
+    /// (`rediss+sentinel://` with TLS).
     pub fn url(&self) -> String {
         let hosts: Vec<String> = self
             .sentinels
             .iter()
             .map(|s| format!("127.0.0.1:{}", s.port))
             .collect();
-        format!("redis+sentinel://{}/{MASTER_NAME}", hosts.join(","))
+        format!(
+            "{}+sentinel://{}/{MASTER_NAME}",
+            self.scheme(),
+            hosts.join(",")
+        )
     }
 
-    /// A Sentinel's own URL, with its password.
-    fn sentinel_url(&self, port: u16) -> String {
-        match &self.sentinel_password {
-            Some(spw) => format!("redis://:{spw}@127.0.0.1:{port}"),
-            None => format!("redis://127.0.0.1:{port}"),
+    fn scheme(&self) -> &'static str {
+        if self.tls_ca.is_some() {
+            "rediss"
+        } else {
+            "redis"
         }
+    }
+
+    /// A client for a Sentinel itself, with its password (and the CA, with TLS).
+    fn sentinel_client(&self, port: u16) -> redis::Client {
+        let userinfo = match &self.sentinel_password {
+            Some(spw) => format!(":{spw}@"),
+            None => String::new(),
+        };
+        let url = format!("{}://{userinfo}127.0.0.1:{port}", self.scheme());
+        redis_client(&url, self.tls_ca.as_deref()).unwrap()
     }
 
     /// Asks the first Sentinel that answers.
     pub async fn ask(&self, args: &[&str]) -> redis::RedisResult<redis::Value> {
         let mut last = None;
         for s in &self.sentinels {
-            let client = redis::Client::open(self.sentinel_url(s.port)).unwrap();
+            let client = self.sentinel_client(s.port);
             let con = tokio::time::timeout(
                 Duration::from_secs(2),
                 client.get_multiplexed_async_connection(),
@@ -176,7 +248,7 @@ impl SentinelGroup {
 
     async fn settled(&self) -> bool {
         for s in &self.sentinels {
-            let client = redis::Client::open(self.sentinel_url(s.port)).unwrap();
+            let client = self.sentinel_client(s.port);
             let Ok(mut con) = client.get_multiplexed_async_connection().await else {
                 return false;
             };

@@ -20,6 +20,20 @@ const MIN_REPLICAS: [&str; 4] = [
     "10",
 ];
 
+/// Inserts `n` rows into queue `default`; returns their uuids (from the insert itself: a
+/// running relay may relay and delete some before any later look).
+async fn insert_returning(pool: &PgPool, n: i64) -> Vec<String> {
+    sqlx::query_scalar(
+        "INSERT INTO pending_jobs (queue, job_type, payload)
+         SELECT 'default', 'Steady', convert_to('job-' || i, 'UTF8')
+         FROM generate_series(1, $1) AS i RETURNING uuid::text",
+    )
+    .bind(n)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
 /// Inserts `per_tick` rows every `tick` into queue `default` until stopped; the uuids it
 /// inserted are in `uuids`.
 struct Inserter {
@@ -37,15 +51,7 @@ impl Inserter {
             let mut ticker = tokio::time::interval(tick);
             while !s.load(Ordering::SeqCst) {
                 ticker.tick().await;
-                let new: Vec<String> = sqlx::query_scalar(
-                    "INSERT INTO pending_jobs (queue, job_type, payload)
-                     SELECT 'default', 'Steady', convert_to('job-' || i, 'UTF8')
-                     FROM generate_series(1, $1) AS i RETURNING uuid::text",
-                )
-                .bind(per_tick)
-                .fetch_all(&pool)
-                .await
-                .unwrap();
+                let new = insert_returning(&pool, per_tick).await;
                 u.lock().unwrap().extend(new);
             }
         });
@@ -420,4 +426,128 @@ async fn sentinels_and_servers_behind_passwords(pool: PgPool) {
         assert!(!text.contains(pw) && !text.contains(spw), "{text}");
     }
     println!("wrong sentinel password: {out}");
+}
+
+/// Sentinels and servers that speak only TLS (no plain port; the replica and the Sentinels
+/// reach the servers, and the Sentinels each other, over TLS), the relay on
+/// `rediss+sentinel://` with the test CA as `--redis-ca-file` (docs/redis.md#sentinel):
+/// `check` is ok; the daemon delivers rows to the primary, follows a `SENTINEL FAILOVER` to the
+/// new one over TLS (it logs the move), and every job is there exactly once. Without the CA
+/// file `check` fails naming the certificate, and prints no secret of the URL.
+#[sqlx::test]
+async fn sentinels_over_tls_are_followed(pool: PgPool) {
+    let certs_dir = tempfile::tempdir().unwrap();
+    let certs = crate::common::pg_server::make_certs(certs_dir.path());
+    let group = SentinelGroup::start_tls(&[], &certs).await;
+    let url = group.url();
+    assert!(url.starts_with("rediss+sentinel://"), "{url}");
+    let ca = certs.ca.display().to_string();
+    let old = group.named_primary().await.expect("a primary is named");
+    let ns = Namespace::on_server(&group.servers[group.index_of(old)]);
+    let db = database_url_of(&pool).await;
+    let check = |url: String, ca: Option<&str>| {
+        let (db, prefix, ca) = (db.clone(), ns.prefix.clone(), ca.map(str::to_owned));
+        async move {
+            let mut env = vec![
+                ("DATABASE_URL", db.as_str()),
+                ("REDIS_URL", url.as_str()),
+                ("JOBRELAY_NAMESPACE", prefix.as_str()),
+            ];
+            if let Some(ca) = &ca {
+                env.push(("JOBRELAY_REDIS_CA_FILE", ca.as_str()));
+            }
+            run_relay(&["check", "--push-timeout", "2s"], &env).await
+        }
+    };
+    let (code, out, err) = check(url.clone(), Some(&ca)).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("redis: ok"), "{out}");
+
+    // Without the CA file the bundled roots do not know the test CA: the TLS handshake with
+    // each Sentinel fails. (This group has no passwords; the URL carries two only to show
+    // that the error prints neither.)
+    let (pw, spw) = ("srv-1d5e7a", "snt-6c03b9");
+    let hosts = url.strip_prefix("rediss+sentinel://").unwrap();
+    let with_secrets = format!("rediss+sentinel://:{pw}@{hosts}?sentinel_password={spw}");
+    let (code, out, err) = check(with_secrets, None).await;
+    assert_eq!(code, 1, "{out}{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("redis: "))
+        .unwrap_or_default();
+    assert!(
+        !line.contains(": ok") && line.to_lowercase().contains("certificate"),
+        "{out}"
+    );
+    for text in [&out, &err] {
+        assert!(!text.contains(pw) && !text.contains(spw), "{text}");
+        assert!(!text.contains("panicked"), "{text}");
+    }
+    println!("without the CA file: {line}");
+
+    let mut logs = Logs::new();
+    let mut relay = logs.start(&db, &url, &ns, &["--redis-ca-file", &ca]);
+    let mut inserted: HashSet<String> = insert_returning(&pool, 100).await.into_iter().collect();
+    wait_pending_at_most(&pool, 0, Duration::from_secs(20)).await;
+    assert_eq!(ns.llen("queue:default").await, 100);
+
+    // The replica holds every job before the failover (no job written during it), so that
+    // the test is about the relay following the new primary, not about what a failover loses
+    // (that is the tests above).
+    let new = group
+        .servers
+        .iter()
+        .map(|s| s.port)
+        .find(|p| *p != old)
+        .unwrap();
+    let on_new = Namespace::on_server(&group.servers[group.index_of(new)]).with_prefix(&ns.prefix);
+    let r = &on_new;
+    wait_until(
+        "the replica holds the 100 jobs",
+        Duration::from_secs(10),
+        || async move { r.llen("queue:default").await == 100 },
+    )
+    .await;
+    group
+        .ask(&["SENTINEL", "FAILOVER", crate::common::sentinel::MASTER_NAME])
+        .await
+        .expect("SENTINEL FAILOVER accepted");
+    let g = &group;
+    wait_until(
+        "the sentinels name the replica as the primary",
+        Duration::from_secs(15),
+        || async move { g.named_primary().await == Some(new) },
+    )
+    .await;
+    // The relay moves by itself (it asks a Sentinel about once a second while its probe
+    // runs). Only then come new jobs: the old primary still takes writes until the Sentinels
+    // demote it, some 10 s later, and a job written there would be missing on the new one.
+    let files = logs.files();
+    let files = &files;
+    wait_until(
+        "the relay says it moved to the new primary",
+        Duration::from_secs(5),
+        || async move {
+            log_lines(files).iter().any(|l| {
+                message(l) == "redis primary moved (named by the sentinels); writing to the new one"
+                    && l["primary"].as_str() == Some(format!("127.0.0.1:{new}").as_str())
+            })
+        },
+    )
+    .await;
+    inserted.extend(insert_returning(&pool, 100).await);
+    wait_pending_at_most(&pool, 0, Duration::from_secs(20)).await;
+    assert!(relay.running());
+    let (code, _) = relay.terminate(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0));
+    let t = tally(
+        &inserted,
+        &list_uuids(&on_new, "queue:default").await,
+        &HashSet::new(),
+    );
+    t.assert_exactly_once();
+    assert_eq!(t.relayed, 200);
+    assert_eq!(dead_count(&pool).await, 0);
+    print_health(&log_lines(&logs.files()));
+    figures("sentinels_over_tls", t.relayed, 0, t.lost.len());
 }
