@@ -9,6 +9,7 @@ pub mod child;
 pub mod cluster;
 pub mod conveyor;
 pub mod http;
+pub mod layouts;
 pub mod pg_server;
 pub mod pgbouncer;
 pub mod proxy;
@@ -225,11 +226,12 @@ pub fn decode(bytes: &[u8]) -> v1::Job {
     v1::Job::decode(bytes).expect("a jobrelay.v1.Job")
 }
 
-/// Inserts `n` plain rows into `queue` with one statement; payload `job-<i>`.
+/// Inserts `n` plain rows into `queue` with one statement; payload `[<i>]` (a JSON array: the
+/// arguments of a job in every layout).
 pub async fn insert_rows(pool: &PgPool, n: i64, queue: &str) {
     sqlx::query(
         "INSERT INTO pending_jobs (queue, job_type, payload)
-         SELECT $1, 'Bulk', convert_to('job-' || i, 'UTF8') FROM generate_series(1, $2) AS i",
+         SELECT $1, 'Bulk', convert_to('[' || i || ']', 'UTF8') FROM generate_series(1, $2) AS i",
     )
     .bind(queue)
     .bind(n)

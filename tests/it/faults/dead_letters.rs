@@ -3,21 +3,25 @@
 
 use super::*;
 
-#[sqlx::test]
-async fn poison_rows_are_retried_then_dead_lettered_and_the_rest_flows(pool: PgPool) {
+per_layout!(poison_rows_are_retried_then_dead_lettered_and_the_rest_flows);
+async fn poison_rows_are_retried_then_dead_lettered_and_the_rest_flows(
+    pool: PgPool,
+    layout: TestLayout,
+) {
     let redis = RedisServer::start();
     let ns = Namespace::on(&redis.url());
     let db = database_url_of(&pool).await;
-    let (good, poison) = insert_poison_among_good_rows(&pool, &ns).await;
+    let (good, poison) = insert_poison_among_good_rows(&pool, &ns, layout).await;
     let mut logs = Logs::new();
-    let mut relay = logs.start(&db, &redis.url(), &ns, &["--max-attempts", "3"]);
+    let [flag, name] = layout.args();
+    let mut relay = logs.start(&db, &redis.url(), &ns, &["--max-attempts", "3", flag, name]);
 
     wait_poison_dead_lettered_after_3_attempts(&pool).await;
     wait_drained_to(&pool, 0).await;
 
-    let want = assert_dead_letters_are_the_poison_rows(&pool, &ns, &poison).await;
+    let want = assert_dead_letters_are_the_poison_rows(&pool, &ns, layout, &poison).await;
     // Every good row arrived, once.
-    let in_redis = list_uuids(&ns, "queue:default").await;
+    let in_redis = queue_uuids(&ns, layout, "default").await;
     let t = tally(&good, &in_redis, &HashSet::new());
     t.assert_exactly_once();
     assert_eq!(in_redis.len(), good.len());
@@ -26,12 +30,12 @@ async fn poison_rows_are_retried_then_dead_lettered_and_the_rest_flows(pool: PgP
     assert!(relay.running());
     insert_rows(&pool, 100, "later").await;
     wait_drained_to(&pool, 0).await;
-    assert_eq!(ns.llen("queue:later").await, 100);
+    assert_eq!(layout.llen(&ns, "later").await, 100);
 
     // The operator fixes the key and requeues the dead letters: they arrive too.
     let mut con = ns.con().await;
     let _: () = redis::cmd("DEL")
-        .arg(ns.key("queue:poison"))
+        .arg(layout.queue_key(&ns, "poison"))
         .query_async(&mut con)
         .await
         .unwrap();
@@ -43,7 +47,7 @@ async fn poison_rows_are_retried_then_dead_lettered_and_the_rest_flows(pool: PgP
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.trim(), "requeued 30 rows");
     wait_drained_to(&pool, 0).await;
-    let mut requeued = list_uuids(&ns, "queue:poison").await;
+    let mut requeued = queue_uuids(&ns, layout, "poison").await;
     requeued.sort();
     assert_eq!(requeued, want);
     assert_eq!(dead_count(&pool).await, 0);
@@ -57,7 +61,12 @@ async fn poison_rows_are_retried_then_dead_lettered_and_the_rest_flows(pool: PgP
     let relayed = t.relayed + 100 + requeued.len();
     let duplicates = b.duplicates;
     println!("poison: duplicates by relay logs {}; {b:?}", b.duplicates);
-    figures("poison", relayed, duplicates, t.lost.len());
+    figures(
+        &format!("poison_{}", layout.0),
+        relayed,
+        duplicates,
+        t.lost.len(),
+    );
 }
 
 /// A queue key that holds a string, and 30 poison rows among 2,970 good ones, spread over three
@@ -65,10 +74,11 @@ async fn poison_rows_are_retried_then_dead_lettered_and_the_rest_flows(pool: PgP
 async fn insert_poison_among_good_rows(
     pool: &PgPool,
     ns: &Namespace,
+    layout: TestLayout,
 ) -> (HashSet<String>, Vec<String>) {
     let mut con = ns.con().await;
     let _: () = redis::cmd("SET")
-        .arg(ns.key("queue:poison"))
+        .arg(layout.queue_key(ns, "poison"))
         .arg("x")
         .query_async(&mut con)
         .await
@@ -77,7 +87,7 @@ async fn insert_poison_among_good_rows(
     sqlx::query(
         "INSERT INTO pending_jobs (queue, job_type, payload)
          SELECT CASE WHEN i % 100 = 0 THEN 'poison' ELSE 'default' END, 'Bulk',
-                convert_to('job-' || i, 'UTF8')
+                convert_to('[' || i || ']', 'UTF8')
          FROM generate_series(1, 3000) AS i",
     )
     .execute(pool)
@@ -135,6 +145,7 @@ async fn wait_poison_dead_lettered_after_3_attempts(pool: &PgPool) {
 async fn assert_dead_letters_are_the_poison_rows(
     pool: &PgPool,
     ns: &Namespace,
+    layout: TestLayout,
     poison: &[String],
 ) -> Vec<String> {
     let mut con = ns.con().await;
@@ -149,7 +160,7 @@ async fn assert_dead_letters_are_the_poison_rows(
         assert_eq!(*attempts, 3, "{uuid}");
         let e = last_error.as_deref().unwrap_or("");
         assert!(
-            e.contains("WRONGTYPE") && e.contains(&ns.key("queue:poison")),
+            e.contains("WRONGTYPE") && e.contains(&layout.queue_key(ns, "poison")),
             "{e}"
         );
     }
@@ -160,7 +171,7 @@ async fn assert_dead_letters_are_the_poison_rows(
     assert_eq!(dead_uuids, want);
     // The refused jobs left nothing behind: the key is untouched and no marker was written.
     let v: String = redis::cmd("GET")
-        .arg(ns.key("queue:poison"))
+        .arg(layout.queue_key(ns, "poison"))
         .query_async(&mut con)
         .await
         .unwrap();
@@ -168,7 +179,7 @@ async fn assert_dead_letters_are_the_poison_rows(
     for u in poison {
         // GET, not EXISTS: the test must not add to the EXISTS count the figures rest on.
         let marker: Option<Vec<u8>> = redis::cmd("GET")
-            .arg(ns.key(&format!("jobs:{u}")))
+            .arg(layout.marker_key(ns, u))
             .query_async(&mut con)
             .await
             .unwrap();

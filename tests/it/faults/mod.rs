@@ -25,6 +25,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::common::child::RelayChild;
+use crate::common::layouts::{per_layout, TestLayout};
 use crate::common::proxy::{Mode, Proxy};
 use crate::common::redis_server::RedisServer;
 use crate::common::*;
@@ -202,22 +203,32 @@ async fn max_attempts_pending(pool: &PgPool) -> i32 {
         .unwrap()
 }
 
-/// The uuids of the jobs in list `key` (read straight from the server, in chunks).
+/// The uuids of the jobs in list `key` of the jobrelay layout (read straight from the server,
+/// in chunks).
 async fn list_uuids(ns: &Namespace, key: &str) -> Vec<String> {
+    read_uuids(ns, &ns.key(key), |b| decode(b).uuid).await
+}
+
+/// The uuids of the jobs in `queue`, as `layout` wrote them.
+async fn queue_uuids(ns: &Namespace, layout: TestLayout, queue: &str) -> Vec<String> {
+    read_uuids(ns, &layout.queue_key(ns, queue), |b| layout.uuid_of(b)).await
+}
+
+async fn read_uuids(ns: &Namespace, key: &str, uuid_of: impl Fn(&[u8]) -> String) -> Vec<String> {
     let mut con = ns.con().await;
     let mut out = Vec::new();
     let step = 20_000isize;
     let mut start = 0isize;
     loop {
         let raw: Vec<Vec<u8>> = redis::cmd("LRANGE")
-            .arg(ns.key(key))
+            .arg(key)
             .arg(start)
             .arg(start + step - 1)
             .query_async(&mut con)
             .await
             .unwrap();
         let n = raw.len();
-        out.extend(raw.iter().map(|b| decode(b).uuid));
+        out.extend(raw.iter().map(|b| uuid_of(b)));
         if (n as isize) < step {
             return out;
         }

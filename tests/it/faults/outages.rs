@@ -4,8 +4,11 @@
 
 use super::*;
 
-#[sqlx::test]
-async fn redis_killed_mid_drain_and_restarted_everything_arrives_once(pool: PgPool) {
+per_layout!(redis_killed_mid_drain_and_restarted_everything_arrives_once);
+async fn redis_killed_mid_drain_and_restarted_everything_arrives_once(
+    pool: PgPool,
+    layout: TestLayout,
+) {
     const ROWS: i64 = 50_000;
     // appendfsync always: every write Redis acknowledged is on disk before the reply, so what
     // the relay saw acknowledged survives kill -9, and "every uuid exactly once" is checkable.
@@ -14,7 +17,13 @@ async fn redis_killed_mid_drain_and_restarted_everything_arrives_once(pool: PgPo
     let db = database_url_of(&pool).await;
     let inserted = insert_bulk(&pool, ROWS).await;
     let mut logs = Logs::new();
-    let mut relay = logs.start(&db, &redis.url(), &ns, &["--push-timeout", "2s"]);
+    let [flag, name] = layout.args();
+    let mut relay = logs.start(
+        &db,
+        &redis.url(),
+        &ns,
+        &["--push-timeout", "2s", flag, name],
+    );
 
     wait_drained_to(&pool, ROWS - 10_000).await;
     redis.kill();
@@ -47,7 +56,7 @@ async fn redis_killed_mid_drain_and_restarted_everything_arrives_once(pool: PgPo
     let (code, _) = relay.terminate(Duration::from_secs(30)).await;
     assert_eq!(code, Some(0));
 
-    let in_redis = list_uuids(&ns, "queue:default").await;
+    let in_redis = queue_uuids(&ns, layout, "default").await;
     let t = tally(&inserted, &in_redis, &HashSet::new());
     t.assert_exactly_once();
     assert_eq!(in_redis.len(), ROWS as usize);
@@ -70,7 +79,12 @@ async fn redis_killed_mid_drain_and_restarted_everything_arrives_once(pool: PgPo
         "redis-restart: duplicates by relay logs {}; {b:?}",
         b.duplicates
     );
-    figures("redis_restart", t.relayed, b.duplicates, t.lost.len());
+    figures(
+        &format!("redis_restart_{}", layout.0),
+        t.relayed,
+        b.duplicates,
+        t.lost.len(),
+    );
 }
 
 #[sqlx::test]

@@ -3,8 +3,11 @@
 
 use super::*;
 
-#[sqlx::test]
-async fn kill_9_five_times_during_a_drain_loses_and_doubles_nothing(pool: PgPool) {
+per_layout!(kill_9_five_times_during_a_drain_loses_and_doubles_nothing);
+async fn kill_9_five_times_during_a_drain_loses_and_doubles_nothing(
+    pool: PgPool,
+    layout: TestLayout,
+) {
     const ROWS: i64 = 50_000;
     let redis = RedisServer::start();
     let ns = Namespace::on(&redis.url());
@@ -18,7 +21,7 @@ async fn kill_9_five_times_during_a_drain_loses_and_doubles_nothing(pool: PgPool
     // few milliseconds more so that the kill lands anywhere in a batch's claim-push-commit.
     for k in 0..5 {
         let drained = rng.random_range(k * 5_000 + 500..(k + 1) * 5_000);
-        let mut relay = logs.start(&db, &redis.url(), &ns, &[]);
+        let mut relay = logs.start(&db, &redis.url(), &ns, &layout.args());
         wait_drained_to(&pool, ROWS - drained).await;
         // Not waiting for work: a random delay so that the kill lands anywhere in a batch.
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..80))).await;
@@ -28,18 +31,18 @@ async fn kill_9_five_times_during_a_drain_loses_and_doubles_nothing(pool: PgPool
         println!("kill {k}: after {drained}+ rows drained, {pending} pending");
         assert!(pending > 0, "kill {k} came after the drain ended");
     }
-    let mut relay = logs.start(&db, &redis.url(), &ns, &[]);
+    let mut relay = logs.start(&db, &redis.url(), &ns, &layout.args());
     wait_drained_to(&pool, 0).await;
     let (code, _) = relay.terminate(Duration::from_secs(30)).await;
     assert_eq!(code, Some(0));
 
-    let in_redis = list_uuids(&ns, "queue:default").await;
+    let in_redis = queue_uuids(&ns, layout, "default").await;
     let t = tally(&inserted, &in_redis, &HashSet::new());
     t.assert_exactly_once();
     assert_eq!(in_redis.len(), ROWS as usize);
     assert_eq!(dead_count(&pool).await, 0);
     // One marker per job and the queue: nothing else was written.
-    assert_eq!(dbsize(&ns).await, ROWS + 1);
+    assert_eq!(dbsize(&ns).await, ROWS + layout.keys_of_queues(1));
     let b = Batches::of(&log_lines(&logs.files()));
     assert_eq!(b.refused + b.invalid + b.dead_lettered, 0, "{b:?}");
     // A killed relay may have committed a batch without logging it, never the reverse.
@@ -51,7 +54,12 @@ async fn kill_9_five_times_during_a_drain_loses_and_doubles_nothing(pool: PgPool
         b.duplicates,
         ROWS as u64 - b.delivered()
     );
-    figures("kill_9", t.relayed, duplicates, t.lost.len());
+    figures(
+        &format!("kill_9_{}", layout.0),
+        t.relayed,
+        duplicates,
+        t.lost.len(),
+    );
 }
 
 #[sqlx::test]
@@ -266,11 +274,11 @@ fn owner_of_port(pids: &[i32], port: i32) -> Option<i32> {
     })
 }
 
+per_layout!(kill_9_of_a_relay_in_a_fleet_loses_nothing);
 /// A fleet of three relays (two workers each, two claim slots): kill -9 of a relay that holds
 /// a batch in the middle of a drain loses nothing and doubles nothing, and its rows are taken
 /// over by the others well within the idle-in-transaction timeout (`--push-timeout` + 15 s).
-#[sqlx::test]
-async fn kill_9_of_a_relay_in_a_fleet_loses_nothing(pool: PgPool) {
+async fn kill_9_of_a_relay_in_a_fleet_loses_nothing(pool: PgPool, layout: TestLayout) {
     const ROWS: i64 = 30_000;
     let redis = RedisServer::start();
     let ns = Namespace::on(&redis.url());
@@ -278,7 +286,10 @@ async fn kill_9_of_a_relay_in_a_fleet_loses_nothing(pool: PgPool) {
     let inserted = insert_bulk(&pool, ROWS).await;
     let mut logs = Logs::new();
     let mut relays: Vec<Relay> = (0..3)
-        .map(|_| logs.start(&db, &redis.url(), &ns, &["--batch-size", "500"]))
+        .map(|_| {
+            let [flag, name] = layout.args();
+            logs.start(&db, &redis.url(), &ns, &["--batch-size", "500", flag, name])
+        })
         .collect();
     let pids: Vec<i32> = relays.iter().map(|r| r.child.pid()).collect();
     // A relay with a batch in hand: the owner of a session inside a claim transaction.
@@ -322,7 +333,7 @@ async fn kill_9_of_a_relay_in_a_fleet_loses_nothing(pool: PgPool) {
             "relay {j}"
         );
     }
-    let in_redis = list_uuids(&ns, "queue:default").await;
+    let in_redis = queue_uuids(&ns, layout, "default").await;
     let t = tally(&inserted, &in_redis, &HashSet::new());
     t.assert_exactly_once();
     assert_eq!(in_redis.len() as i64, ROWS);
@@ -331,7 +342,7 @@ async fn kill_9_of_a_relay_in_a_fleet_loses_nothing(pool: PgPool) {
     // the bound is the idle-in-transaction timeout for a relay that vanished without closing.
     assert!(took < Duration::from_secs(20), "took {took:?}");
     figures(
-        "fleet_kill_9",
+        &format!("fleet_kill_9_{}", layout.0),
         t.relayed,
         Batches::of(&log_lines(&logs.files())).duplicates,
         t.lost.len(),

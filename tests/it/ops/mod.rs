@@ -27,6 +27,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::common::http::{http_get, status_of};
+use crate::common::layouts::{per_layout, TestLayout};
 use crate::common::pg_server::PgServer;
 use crate::common::redis_server::RedisServer;
 use crate::common::*;

@@ -242,18 +242,18 @@ async fn wrong_password_refused_port_and_unknown_command_are_named(pool: PgPool)
     assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
 }
 
+per_layout!(an_oom_outage_hovering_at_the_limit_is_logged_once);
 /// Redis at `maxmemory` with `noeviction`, memory hovering just under the limit: the probe's
 /// small write goes through every second while every batch (a script call of about 2 MB) is
 /// refused with `OOM`. That is one episode, logged once when it begins and once when it ends
 /// (when a batch goes through), not an "unavailable"/"recovered" pair a second.
-#[sqlx::test]
-async fn an_oom_outage_hovering_at_the_limit_is_logged_once(pool: PgPool) {
+async fn an_oom_outage_hovering_at_the_limit_is_logged_once(pool: PgPool, layout: TestLayout) {
     let db = database_url_of(&pool).await;
     let redis = RedisServer::start();
     let ns = Namespace::on(&redis.url());
     sqlx::query(
         "INSERT INTO pending_jobs (queue, job_type, payload)
-         SELECT 'hover', 'T', convert_to(repeat('x', 2000) || i, 'UTF8')
+         SELECT 'hover', 'T', convert_to('[\"' || repeat('x', 2000) || i || '\"]', 'UTF8')
          FROM generate_series(1, 3000) AS i",
     )
     .execute(&pool)
@@ -290,7 +290,8 @@ async fn an_oom_outage_hovering_at_the_limit_is_logged_once(pool: PgPool) {
         ("REDIS_URL", &redis.url()),
         ("JOBRELAY_NAMESPACE", &ns.prefix),
     ];
-    let mut d = Daemon::start(&["--max-attempts", "2"], &env);
+    let [flag, name] = layout.args();
+    let mut d = Daemon::start(&["--max-attempts", "2", flag, name], &env);
     let port = d.port;
     wait_until(
         "/readyz says out of memory",
@@ -334,7 +335,7 @@ async fn an_oom_outage_hovering_at_the_limit_is_logged_once(pool: PgPool) {
         pending_count(p).await == 0
     })
     .await;
-    assert_eq!(ns.llen("queue:hover").await, 3000);
+    assert_eq!(layout.llen(&ns, "hover").await, 3000);
     let episodes = redis_episodes(&d);
     assert_eq!(
         episodes[1..],

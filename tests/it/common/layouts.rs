@@ -1,0 +1,78 @@
+//! The Redis layouts as the layout-independent relay suites see them: how the relay is told to
+//! write one, where a queue's jobs and a job's marker are, and how to read a job's uuid back
+//! from what the layout wrote. A suite written against [`TestLayout`] runs once per layout
+//! through [`per_layout!`].
+
+use std::time::Duration;
+
+use jobrelay::{Enqueuer, LayoutKind};
+use uuid::Uuid;
+
+use super::Namespace;
+
+/// A layout under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TestLayout(pub LayoutKind);
+
+impl TestLayout {
+    /// The relay's arguments that select it.
+    pub fn args(self) -> [&'static str; 2] {
+        ["--layout", self.0.as_str()]
+    }
+
+    fn enqueuer(self, ns: &Namespace) -> Enqueuer {
+        Enqueuer::new(ns.prefix.clone(), Duration::ZERO).with_layout(self.0)
+    }
+
+    /// The key of `queue`'s list, namespace included.
+    pub fn queue_key(self, ns: &Namespace, queue: &str) -> String {
+        self.enqueuer(ns).queue_key(queue)
+    }
+
+    /// The key of the dedup marker of `uuid`, namespace included.
+    pub fn marker_key(self, ns: &Namespace, uuid: &str) -> String {
+        let uuid = Uuid::parse_str(uuid).expect("a uuid");
+        self.enqueuer(ns).marker_key(uuid)
+    }
+
+    /// How many keys besides the markers `queues` queues of jobs make.
+    pub fn keys_of_queues(self, queues: i64) -> i64 {
+        match self.0 {
+            LayoutKind::Jobrelay | LayoutKind::Conveyor => queues,
+        }
+    }
+
+    /// The length of `queue`'s list.
+    pub async fn llen(self, ns: &Namespace, queue: &str) -> usize {
+        let mut con = ns.con().await;
+        redis::cmd("LLEN")
+            .arg(self.queue_key(ns, queue))
+            .query_async(&mut con)
+            .await
+            .unwrap()
+    }
+
+    /// The uuid (hyphenated, lower case) of a job as the layout wrote it into a queue.
+    pub fn uuid_of(self, bytes: &[u8]) -> String {
+        match self.0 {
+            // Both messages carry the uuid as field 1.
+            LayoutKind::Jobrelay | LayoutKind::Conveyor => super::decode(bytes).uuid,
+        }
+    }
+}
+
+/// Defines, for a suite `async fn name(pool: PgPool, layout: TestLayout)`, a module `name` with
+/// one `#[sqlx::test]` per layout (`name::jobrelay`, ...).
+macro_rules! per_layout {
+    ($suite:ident) => {
+        mod $suite {
+            use super::*;
+
+            #[sqlx::test]
+            async fn jobrelay(pool: PgPool) {
+                super::$suite(pool, TestLayout(jobrelay::LayoutKind::Jobrelay)).await
+            }
+        }
+    };
+}
+pub(crate) use per_layout;
