@@ -34,7 +34,8 @@
 //! default `postgres://postgres@127.0.0.1:5432/postgres`, dropped at the end) and a Redis
 //! namespace of its own (`bench<random>:` on `REDIS_URL`, deleted at the end, and on SIGINT or
 //! SIGTERM). `BENCH_WORKERS` and `BENCH_BATCH_SIZE` override the relay defaults;
-//! `BENCH_LAYOUT=conveyor` runs the relay in the conveyor layout (default `jobrelay`).
+//! `BENCH_LAYOUT=conveyor` (or `sidekiq`) runs the relay in that layout (default `jobrelay`); in
+//! the sidekiq layout every payload is a JSON array of the same size (Sidekiq's `args`).
 
 #[path = "cpu.rs"]
 mod cpu;
@@ -67,6 +68,31 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const QUEUES: usize = 8;
 const PAYLOAD_BYTES: usize = 200;
 
+/// Row `i`'s payload: `PAYLOAD_BYTES` bytes, a JSON array in the sidekiq layout (Sidekiq's
+/// `args`: `[{"thing_id":i,"pad":"xx..."}]`), else `{"thing_id":i,"pad":"xx...` cut off.
+fn payload(layout: LayoutKind, i: usize) -> Vec<u8> {
+    let (head, tail) = if layout == LayoutKind::Sidekiq {
+        (format!("[{{\"thing_id\":{i},\"pad\":\""), "\"}]")
+    } else {
+        (format!("{{\"thing_id\":{i},\"pad\":\""), "")
+    };
+    let pad = PAYLOAD_BYTES.saturating_sub(head.len() + tail.len());
+    let mut p = head.into_bytes();
+    p.resize(p.len() + pad, b'x');
+    p.extend_from_slice(tail.as_bytes());
+    p
+}
+
+/// The SQL literal of a one-row insert's payload: `[]` (Sidekiq's empty `args`) in the sidekiq
+/// layout, else `otherwise`.
+fn tiny_payload(layout: LayoutKind, otherwise: &'static str) -> &'static str {
+    if layout == LayoutKind::Sidekiq {
+        "'\\x5b5d'"
+    } else {
+        otherwise
+    }
+}
+
 /// What to run, and how big.
 pub struct Args {
     pub database_url: String,
@@ -78,7 +104,7 @@ pub struct Args {
     pub insert_seconds: f64,
     pub workers: usize,
     pub batch_size: usize,
-    /// `BENCH_LAYOUT`: the Redis layout (`jobrelay` or `conveyor`).
+    /// `BENCH_LAYOUT`: the Redis layout (`jobrelay`, `conveyor` or `sidekiq`).
     pub layout: LayoutKind,
     /// `BENCH_BACKLOG_ROWS`: the backlog one worker drains in `backlog` (default 1,000,000).
     pub backlog_rows: usize,
@@ -187,20 +213,15 @@ impl Sandbox {
 
     /// COPYs `n` rows in one transaction: 200-byte payloads, round-robin over 8 queues named
     /// `<prefix>0..7`. No ANALYZE: the statistics stay those of the empty table.
-    async fn copy_rows(&self, n: usize, prefix: &str) -> Result<(), BoxError> {
+    async fn copy_rows(&self, n: usize, prefix: &str, layout: LayoutKind) -> Result<(), BoxError> {
         let mut conn = self.pool.acquire().await?;
         let mut copy = conn
             .copy_in_raw("COPY pending_jobs (queue, job_type, payload) FROM STDIN")
             .await?;
         let mut buf = String::with_capacity(1 << 20);
         for i in 0..n {
-            let payload = format!("{{\"thing_id\":{i},\"pad\":\"");
             let mut hex = String::with_capacity(PAYLOAD_BYTES * 2);
-            for b in payload
-                .bytes()
-                .chain(std::iter::repeat(b'x'))
-                .take(PAYLOAD_BYTES)
-            {
+            for b in payload(layout, i) {
                 hex.push_str(&format!("{b:02x}"));
             }
             buf.push_str(&format!(
@@ -337,11 +358,13 @@ where
 /// The relay has been running on a nearly empty table: it relays `n` single rows, one at a
 /// time, each in a transaction of its own (its statements are planned, and any plan cache
 /// filled, while the table holds at most one row).
-async fn warm_up(sb: &Sandbox, n: usize) -> Result<(), BoxError> {
+async fn warm_up(sb: &Sandbox, n: usize, layout: LayoutKind) -> Result<(), BoxError> {
+    let sql = format!(
+        "INSERT INTO pending_jobs (queue, job_type, payload) VALUES ('warm', 'Warm', {})",
+        tiny_payload(layout, "''")
+    );
     for i in 0..n {
-        sqlx::query("INSERT INTO pending_jobs (queue, job_type) VALUES ('warm', 'Warm')")
-            .execute(&sb.pool)
-            .await?;
+        sqlx::query(&sql).execute(&sb.pool).await?;
         wait_for("a warm-up row", Duration::from_secs(30), || async {
             sb.table_empty().await
         })
@@ -359,7 +382,7 @@ async fn bench_drain(
     let prefix = if vacuumed { "vacuumed" } else { "drain" };
     let (relay, cpu0, t0) = if vacuumed {
         // The old way: rows COPYed, VACUUM (ANALYZE), then the relay starts on them.
-        sb.copy_rows(args.rows, prefix).await?;
+        sb.copy_rows(args.rows, prefix, args.layout).await?;
         sqlx::query("VACUUM (ANALYZE) pending_jobs")
             .execute(&sb.pool)
             .await?;
@@ -368,8 +391,8 @@ async fn bench_drain(
         (start_relay(sb, args, None).await?, cpu0, t0)
     } else {
         let relay = start_relay(sb, args, None).await?;
-        warm_up(sb, 20).await?;
-        sb.copy_rows(args.rows, prefix).await?;
+        warm_up(sb, 20, args.layout).await?;
+        sb.copy_rows(args.rows, prefix, args.layout).await?;
         (
             relay,
             cpu::CpuSnapshot::take(&sb.redis).await,
@@ -404,7 +427,7 @@ async fn bench_drain(
 /// time goes, per 1,000 rows, and the claim statement's time from the first batch to the last.
 async fn bench_stages(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, BoxError> {
     let rows = args.backlog_rows.max(1);
-    sb.copy_rows(rows, "stages").await?;
+    sb.copy_rows(rows, "stages", args.layout).await?;
     let opts = jobrelay::config::session_settings(sb.db_url.parse()?);
     let pool = jobrelay::db::lazy_pool(opts, 2);
     let con = jobrelay::redis::connection::connect(&sb.redis, Duration::from_secs(5)).await?;
@@ -492,7 +515,7 @@ type NaiveRow = (
 
 /// One row per transaction, one EVALSHA per job: what a straightforward relay does.
 async fn bench_naive(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, BoxError> {
-    sb.copy_rows(args.naive_rows, "naive").await?;
+    sb.copy_rows(args.naive_rows, "naive", args.layout).await?;
     let enqueuer =
         Enqueuer::new(sb.namespace.clone(), Duration::from_secs(900)).with_layout(args.layout);
     let mut con = sb.redis_con().await?;
@@ -590,6 +613,14 @@ async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, B
                                     .expect("a job")
                                     .uuid
                             }
+                            // The jid is the uuid's 32 hex digits.
+                            LayoutKind::Sidekiq => {
+                                serde_json::from_slice::<serde_json::Value>(&bytes)
+                                    .expect("a Sidekiq job")["jid"]
+                                    .as_str()
+                                    .expect("a jid")
+                                    .to_owned()
+                            }
                         };
                         popped.insert(uuid.parse().expect("a uuid"), now);
                         seen += 1;
@@ -610,6 +641,10 @@ async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, B
         })
     };
 
+    let insert = format!(
+        "INSERT INTO pending_jobs (uuid, queue, job_type, payload) VALUES ($1, 'latency', 'Ping', {})",
+        tiny_payload(args.layout, "'\\x00'")
+    );
     // Producers: job i is due at t0 + i / rate. Each commit waits for its WAL flush, so it
     // takes several connections (whose commits share flushes) to keep the schedule.
     let producers = 16usize;
@@ -619,20 +654,18 @@ async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, B
     for p in 0..producers {
         let mut conn = sb.pool.acquire().await?.detach();
         let committed = committed.clone();
+        let insert = insert.clone();
         handles.push(tokio::spawn(async move {
             let mut i = p;
             while i < total {
                 let due = t0 + interval * i as u32;
                 tokio::time::sleep_until(due.into()).await;
                 let uuid = uuid::Uuid::new_v4();
-                sqlx::query(
-                    "INSERT INTO pending_jobs (uuid, queue, job_type, payload)
-                     VALUES ($1, 'latency', 'Ping', '\\x00')",
-                )
-                .bind(uuid)
-                .execute(&mut conn)
-                .await
-                .expect("insert");
+                sqlx::query(&insert)
+                    .bind(uuid)
+                    .execute(&mut conn)
+                    .await
+                    .expect("insert");
                 committed.lock().unwrap().insert(uuid, Instant::now());
                 i += producers;
             }
@@ -725,20 +758,23 @@ fn split_latency(
 
 /// Single-row inserts by `PRODUCERS` concurrent producers for `seconds`, while the relay
 /// drains them (as in production); returns rows/s.
-async fn insert_rate(sb: &Sandbox, seconds: f64) -> Result<f64, BoxError> {
+async fn insert_rate(sb: &Sandbox, seconds: f64, layout: LayoutKind) -> Result<f64, BoxError> {
     let stop = Instant::now() + Duration::from_secs_f64(seconds);
+    let insert = format!(
+        "INSERT INTO pending_jobs (queue, job_type, payload) VALUES ('ins', 'X', {})",
+        tiny_payload(layout, "'\\x00'")
+    );
     let mut handles = Vec::new();
     for _ in 0..PRODUCERS {
         let mut conn = sb.pool.acquire().await?.detach();
+        let insert = insert.clone();
         handles.push(tokio::spawn(async move {
             let mut n = 0u64;
             while Instant::now() < stop {
-                sqlx::query(
-                    "INSERT INTO pending_jobs (queue, job_type, payload) VALUES ('ins', 'X', '\\x00')",
-                )
-                .execute(&mut conn)
-                .await
-                .expect("insert");
+                sqlx::query(&insert)
+                    .execute(&mut conn)
+                    .await
+                    .expect("insert");
                 n += 1;
             }
             n
@@ -781,7 +817,7 @@ async fn bench_notify_cost(sb: &Sandbox, args: &Args) -> Result<serde_json::Valu
         };
         for on in order {
             set_trigger(on).await?;
-            rate[on as usize] = insert_rate(sb, side).await?;
+            rate[on as usize] = insert_rate(sb, side, args.layout).await?;
         }
         with += rate[1];
         without += rate[0];

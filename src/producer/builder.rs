@@ -113,6 +113,42 @@ impl JobBuilder {
         self
     }
 
+    /// Sidekiq's `args`, for a relay in the sidekiq layout (docs/layouts.md#sidekiq): the
+    /// payload as the JSON serialisation of `args`, which must be a JSON array, as every
+    /// Sidekiq job's `args` is: a slice, a `Vec`, a tuple (`&(42, "x")` gives `[42,"x"]`),
+    /// `json!([...])`. Anything else, or an array that nests deeper than Sidekiq parses, makes
+    /// [`JobBuilder::build`] fail with [`Error::InvalidJob`] naming `payload`; so does a value
+    /// that cannot be serialised.
+    ///
+    /// ```
+    /// use jobrelay::producer::JobBuilder;
+    ///
+    /// let job = JobBuilder::new("mailers", "WelcomeMailer")
+    ///     .sidekiq_args(&(42, "welcome", serde_json::json!({ "locale": "de" })))
+    ///     .build()?;
+    /// assert_eq!(job.payload, br#"[42,"welcome",{"locale":"de"}]"#);
+    ///
+    /// let e = JobBuilder::new("mailers", "WelcomeMailer")
+    ///     .sidekiq_args(&serde_json::json!({ "user": 42 }))
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(e.to_string().contains("JSON array"), "{e}");
+    /// # Ok::<(), jobrelay::Error>(())
+    /// ```
+    pub fn sidekiq_args<T: serde::Serialize + ?Sized>(mut self, args: &T) -> Self {
+        match serde_json::to_vec(args) {
+            Ok(bytes) => {
+                let checked = crate::redis::layout::sidekiq_args_of(&bytes).map(|_| ());
+                match checked {
+                    Ok(()) => self.payload = bytes,
+                    Err(reason) => self.fail("payload", reason.0),
+                }
+            }
+            Err(e) => self.fail("payload", format!("cannot serialise to JSON: {e}")),
+        }
+        self
+    }
+
     /// Runs the job no earlier than `at` (kept to the microsecond, Postgres's precision). A
     /// time that has already passed means "now". Must lie within 0001..=9999 (the range of a
     /// protobuf `Timestamp`). Replaces an earlier [`JobBuilder::delay`].

@@ -6,6 +6,7 @@
 //! - `faults`: process deaths, Redis and Postgres outages, rows that fail;
 //! - `producer`, `producer_only`: the producer library and its dependency footprint;
 //! - `conveyor`: the conveyor layout, checked by a Rust port of conveyor's consumer;
+//! - `sidekiq`: the sidekiq layout, checked by the real Sidekiq worker and API;
 //! - `config`: flags, environment, files, validation;
 //! - `ops`: metrics, probes, TLS, secrets, `check`, roles, deploy files, the HTTP listener;
 //! - `bench`: the benchmark programs run tiny so that they cannot rot.
@@ -24,4 +25,5 @@ mod ops;
 mod producer;
 mod producer_only;
 mod relay;
+mod sidekiq;
 mod wakeup;

@@ -9,11 +9,18 @@
 //! - [`LayoutKind::Conveyor`] (`--layout conveyor`): what the Go job runner
 //!   [conveyor](https://github.com/jpoz/conveyor) reads: its `wire.Job`, its keys and its
 //!   `AddJob` branch order, with flows kept in order and late children never stranded.
+//! - [`LayoutKind::Sidekiq`] (`--layout sidekiq`): what the Ruby job runner
+//!   [Sidekiq](https://github.com/sidekiq/sidekiq) 6.x/7.x reads: the job hash as JSON that its
+//!   client pushes, its queues and its scheduled set. No flows.
 //!
 //! Another runner's layout is one more implementation of [`Layout`] and one more variant.
 
 mod conveyor;
 mod jobrelay;
+mod sidekiq;
+
+pub(crate) use self::sidekiq::args_of as sidekiq_args_of;
+pub use self::sidekiq::{MAX_ARGS_DEPTH as SIDEKIQ_MAX_ARGS_DEPTH, RESERVED as SIDEKIQ_RESERVED};
 
 use std::fmt;
 use std::str::FromStr;
@@ -31,17 +38,24 @@ pub enum LayoutKind {
     Jobrelay,
     /// The layout of the Go job runner conveyor.
     Conveyor,
+    /// The layout of the Ruby job runner Sidekiq (6.x, 7.x).
+    Sidekiq,
 }
 
 impl LayoutKind {
     /// Every layout, in the order `--help` lists them.
-    pub const ALL: [LayoutKind; 2] = [LayoutKind::Jobrelay, LayoutKind::Conveyor];
+    pub const ALL: [LayoutKind; 3] = [
+        LayoutKind::Jobrelay,
+        LayoutKind::Conveyor,
+        LayoutKind::Sidekiq,
+    ];
 
     /// The name `--layout` takes.
     pub fn as_str(self) -> &'static str {
         match self {
             LayoutKind::Jobrelay => "jobrelay",
             LayoutKind::Conveyor => "conveyor",
+            LayoutKind::Sidekiq => "sidekiq",
         }
     }
 
@@ -50,6 +64,7 @@ impl LayoutKind {
         match self {
             LayoutKind::Jobrelay => &jobrelay::JOBRELAY,
             LayoutKind::Conveyor => &conveyor::CONVEYOR,
+            LayoutKind::Sidekiq => &sidekiq::SIDEKIQ,
         }
     }
 }

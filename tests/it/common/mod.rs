@@ -15,6 +15,7 @@ pub mod pgbouncer;
 pub mod proxy;
 pub mod redis_server;
 pub mod sentinel;
+pub mod sidekiq;
 
 use std::future::Future;
 use std::process::Stdio;

@@ -196,3 +196,57 @@ fn traceparent_comes_from_the_current_span() {
     let after = JobBuilder::new("default", "T").build().unwrap();
     assert!(!after.headers.contains_key("traceparent"));
 }
+
+/// `sidekiq_args`: the payload is Sidekiq's `args`, a JSON array; anything else, or an array
+/// nested deeper than Sidekiq's JSON parser takes, is refused naming `payload`.
+#[test]
+fn sidekiq_args_are_a_json_array() {
+    #[derive(serde::Serialize)]
+    struct Order {
+        id: u64,
+        note: &'static str,
+    }
+    let job = JobBuilder::new("default", "ChargeJob")
+        .sidekiq_args(&(42, "é\"", Order { id: 7, note: "x" }, None::<u8>))
+        .build()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(job.payload).unwrap(),
+        r#"[42,"é\"",{"id":7,"note":"x"},null]"#
+    );
+    let job = JobBuilder::new("default", "NoArgs")
+        .sidekiq_args(&[0u8; 0])
+        .build()
+        .unwrap();
+    assert_eq!(job.payload, b"[]");
+
+    let deep = (0..jobrelay::redis::layout::SIDEKIQ_MAX_ARGS_DEPTH)
+        .fold(serde_json::json!(1), |v, _| serde_json::json!([v]));
+    assert!(JobBuilder::new("q", "T")
+        .sidekiq_args(&deep)
+        .build()
+        .is_ok());
+    let too_deep = serde_json::json!([deep]);
+    for (builder, says) in [
+        (
+            JobBuilder::new("q", "T").sidekiq_args(&serde_json::json!({"id": 1})),
+            "an object, not an array",
+        ),
+        (
+            JobBuilder::new("q", "T").sidekiq_args(&42),
+            "a number, not an array",
+        ),
+        (
+            JobBuilder::new("q", "T").sidekiq_args("x"),
+            "a string, not an array",
+        ),
+        (
+            JobBuilder::new("q", "T").sidekiq_args(&too_deep),
+            "levels deep",
+        ),
+    ] {
+        let e = builder.build().unwrap_err();
+        assert!(e.to_string().contains(says), "{e}");
+        assert_eq!(field_of(e), "payload");
+    }
+}

@@ -1,0 +1,255 @@
+//! A real Sidekiq: the unmodified `sidekiq` worker (Debian's `ruby-sidekiq`, installed by
+//! `.ci/run`) as a child process, against a Redis the test owns, and Ruby scripts that use
+//! Sidekiq's own client and API (`Sidekiq::Client.push`, `Sidekiq::Queue`, `Sidekiq::Stats`,
+//! `Sidekiq::ScheduledSet`).
+//!
+//! The worker loads `app.rb` (written into a temporary directory): job classes that do nothing
+//! (`HardJob`, `Billing::ChargeCard`) and a server middleware that records every job that ran,
+//! one line each in `runs.log` (when it ran, then the job hash as the worker handed it to its
+//! middleware, as JSON), written through at once (`sync`). It polls the scheduled set about
+//! every second (`poll_interval_average` 1, as an application may configure it; Sidekiq's
+//! default is every 5 s per process after a first wait of 10-15 s). The worker is killed when
+//! the value is dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The application the worker loads (`sidekiq -r app.rb`) and the Ruby scripts require.
+const APP_RB: &str = r#"# A jobrelay test's Sidekiq application: job classes that do nothing, and a server middleware
+# that records each job that ran: "<epoch seconds>\t<the job hash as JSON>\n" in runs.log.
+require "json"
+require "sidekiq"
+
+RUNS = File.open(File.join(__dir__, "runs.log"), "a")
+RUNS.sync = true
+RUNS_LOCK = Mutex.new
+
+class RecordRuns
+  def call(_worker, job, _queue)
+    yield
+    line = format("%.6f\t%s\n", Time.now.to_f, JSON.generate(job))
+    RUNS_LOCK.synchronize { RUNS.write(line) }
+  end
+end
+
+Sidekiq.configure_server do |config|
+  # Sidekiq 7 configures through its config object; 6.x through Sidekiq.options.
+  if config.respond_to?(:[]=)
+    config[:poll_interval_average] = 1
+  else
+    Sidekiq.options[:poll_interval_average] = 1
+  end
+  config.server_middleware { |chain| chain.add RecordRuns }
+end
+
+class HardJob
+  include Sidekiq::Worker
+
+  def perform(*_args); end
+end
+
+module Billing
+  class ChargeCard
+    include Sidekiq::Worker
+
+    def perform(*_args); end
+  end
+end
+"#;
+
+/// One job the worker ran.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// When it ran (after the job returned), epoch seconds by the worker's clock.
+    pub at: f64,
+    /// The job hash the worker handed to its middleware.
+    pub job: serde_json::Value,
+}
+
+impl Run {
+    pub fn jid(&self) -> &str {
+        self.job["jid"].as_str().unwrap_or_default()
+    }
+}
+
+/// A Sidekiq application directory, its worker (once started) and its Redis.
+pub struct Sidekiq {
+    pub dir: tempfile::TempDir,
+    pub redis_url: String,
+    worker: Option<Child>,
+}
+
+/// Whether the `sidekiq` program is installed (`.ci/run` installs Debian's `ruby-sidekiq`).
+pub fn installed() -> bool {
+    Command::new("sidekiq")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl Sidekiq {
+    /// The application, against the Redis at `redis_url` (a private server: Sidekiq's keys
+    /// have no prefix).
+    pub fn new(redis_url: &str) -> Sidekiq {
+        assert!(
+            installed(),
+            "the sidekiq program is missing: .ci/run installs it (apt-get install ruby-sidekiq)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("app.rb"), APP_RB).unwrap();
+        std::fs::write(dir.path().join("runs.log"), "").unwrap();
+        Sidekiq {
+            dir,
+            redis_url: redis_url.to_owned(),
+            worker: None,
+        }
+    }
+
+    fn app(&self) -> PathBuf {
+        self.dir.path().join("app.rb")
+    }
+
+    fn worker_log(&self) -> PathBuf {
+        self.dir.path().join("worker.log")
+    }
+
+    /// What the worker wrote to stdout and stderr so far.
+    pub fn worker_output(&self) -> String {
+        std::fs::read_to_string(self.worker_log()).unwrap_or_default()
+    }
+
+    /// Starts `sidekiq -r app.rb -q <queue>... -c <concurrency>` and waits (up to 30 s) until
+    /// it has registered itself in Redis (`processes`), i.e. it is fetching.
+    pub async fn start(&mut self, queues: &[&str], concurrency: u32) {
+        assert!(self.worker.is_none(), "already started");
+        let log = std::fs::File::create(self.worker_log()).unwrap();
+        let mut cmd = Command::new("sidekiq");
+        cmd.arg("-r")
+            .arg(self.app())
+            .arg("-c")
+            .arg(concurrency.to_string())
+            .current_dir(self.dir.path())
+            .env("REDIS_URL", &self.redis_url)
+            .env("RACK_ENV", "production")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log));
+        for q in queues {
+            cmd.arg("-q").arg(q);
+        }
+        self.worker = Some(cmd.spawn().expect("sidekiq starts"));
+        let client = redis::Client::open(self.redis_url.as_str()).unwrap();
+        let start = Instant::now();
+        loop {
+            if let Ok(mut con) = client.get_multiplexed_async_connection().await {
+                let n: usize = redis::cmd("SCARD")
+                    .arg("processes")
+                    .query_async(&mut con)
+                    .await
+                    .unwrap_or(0);
+                if n > 0 {
+                    return;
+                }
+            }
+            if let Some(status) = self.worker.as_mut().unwrap().try_wait().unwrap() {
+                panic!("sidekiq exited ({status}):\n{}", self.worker_output());
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "sidekiq did not register within 30 s:\n{}",
+                self.worker_output()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops the worker (kill -9: what it had not finished is lost, which a test that waited
+    /// for its runs does not mind).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.worker.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The jobs that ran so far, in the order they finished.
+    pub fn runs(&self) -> Vec<Run> {
+        runs_in(&self.dir.path().join("runs.log"))
+    }
+
+    /// Waits until at least `n` jobs ran, at most `deadline`.
+    pub async fn wait_for_runs(&self, n: usize, deadline: Duration) -> Vec<Run> {
+        let start = Instant::now();
+        loop {
+            let runs = self.runs();
+            if runs.len() >= n {
+                return runs;
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "{} of {n} jobs ran within {deadline:?}; worker output:\n{}",
+                runs.len(),
+                self.worker_output()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Runs `ruby -e <script>` with the application and Sidekiq's API loaded and REDIS_URL
+    /// set (at most 60 s); its stdout. Panics, with its stderr, if it fails.
+    pub async fn ruby(&self, script: &str) -> String {
+        let out = tokio::time::timeout(
+            Duration::from_secs(60),
+            tokio::process::Command::new("ruby")
+                .arg("-r")
+                .arg(self.app())
+                .arg("-r")
+                .arg("sidekiq/api")
+                .arg("-e")
+                .arg(script)
+                .current_dir(self.dir.path())
+                .env("REDIS_URL", &self.redis_url)
+                .stdin(Stdio::null())
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("ruby finished within 60 s")
+        .expect("ruby runs");
+        assert!(
+            out.status.success(),
+            "ruby failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("UTF-8 output")
+    }
+}
+
+impl Drop for Sidekiq {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn runs_in(path: &Path) -> Vec<Run> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    // A line still being written has no newline yet: only whole lines count.
+    let whole = match text.rfind('\n') {
+        Some(end) => &text[..=end],
+        None => "",
+    };
+    whole
+        .lines()
+        .map(|l| {
+            let (at, job) = l.split_once('\t').expect("<at>\\t<job>");
+            Run {
+                at: at.parse().expect("epoch seconds"),
+                job: serde_json::from_str(job).expect("the job as JSON"),
+            }
+        })
+        .collect()
+}
