@@ -39,6 +39,8 @@ impl TestLayout {
     pub fn keys_of_queues(self, queues: i64) -> i64 {
         match self.0 {
             LayoutKind::Jobrelay | LayoutKind::Conveyor => queues,
+            // And the set `queues` that names them.
+            LayoutKind::Sidekiq => queues + 1,
         }
     }
 
@@ -57,6 +59,14 @@ impl TestLayout {
         match self.0 {
             // Both messages carry the uuid as field 1.
             LayoutKind::Jobrelay | LayoutKind::Conveyor => super::decode(bytes).uuid,
+            // The job's `jid`: the uuid's 32 hex digits.
+            LayoutKind::Sidekiq => {
+                let job: serde_json::Value = serde_json::from_slice(bytes).expect("a Sidekiq job");
+                let jid = job["jid"].as_str().expect("a jid");
+                Uuid::parse_str(jid)
+                    .expect("a uuid's hex digits")
+                    .to_string()
+            }
         }
     }
 }
@@ -71,6 +81,11 @@ macro_rules! per_layout {
             #[sqlx::test]
             async fn jobrelay(pool: PgPool) {
                 super::$suite(pool, TestLayout(jobrelay::LayoutKind::Jobrelay)).await
+            }
+
+            #[sqlx::test]
+            async fn sidekiq(pool: PgPool) {
+                super::$suite(pool, TestLayout(jobrelay::LayoutKind::Sidekiq)).await
             }
         }
     };
