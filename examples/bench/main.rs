@@ -34,7 +34,8 @@
 //! default `postgres://postgres@127.0.0.1:5432/postgres`, dropped at the end) and a Redis
 //! namespace of its own (`bench<random>:` on `REDIS_URL`, deleted at the end, and on SIGINT or
 //! SIGTERM). `BENCH_WORKERS` and `BENCH_BATCH_SIZE` override the relay defaults;
-//! `BENCH_LAYOUT=conveyor` runs the relay in the conveyor layout (default `jobrelay`).
+//! `BENCH_LAYOUT=conveyor` or `BENCH_LAYOUT=celery` runs the relay in that layout (default
+//! `jobrelay`); in the celery layout every payload is a JSON array (celery's args).
 
 #[path = "cpu.rs"]
 mod cpu;
@@ -78,7 +79,7 @@ pub struct Args {
     pub insert_seconds: f64,
     pub workers: usize,
     pub batch_size: usize,
-    /// `BENCH_LAYOUT`: the Redis layout (`jobrelay` or `conveyor`).
+    /// `BENCH_LAYOUT`: the Redis layout (`jobrelay`, `conveyor` or `celery`).
     pub layout: LayoutKind,
     /// `BENCH_BACKLOG_ROWS`: the backlog one worker drains in `backlog` (default 1,000,000).
     pub backlog_rows: usize,
@@ -134,6 +135,7 @@ struct Sandbox {
     db_url: String,
     redis: redis::Client,
     namespace: String,
+    layout: LayoutKind,
 }
 
 impl Sandbox {
@@ -163,6 +165,7 @@ impl Sandbox {
             db_url,
             redis: redis::Client::open(args.redis_url.as_str())?,
             namespace: format!("bench{tag}:"),
+            layout: args.layout,
         })
     }
 
@@ -193,13 +196,21 @@ impl Sandbox {
             .copy_in_raw("COPY pending_jobs (queue, job_type, payload) FROM STDIN")
             .await?;
         let mut buf = String::with_capacity(1 << 20);
+        // Celery's args are a JSON array: `[{"thing_id":i,"pad":"xx..."}]`, 200 bytes.
+        let celery = self.layout == LayoutKind::Celery;
         for i in 0..n {
-            let payload = format!("{{\"thing_id\":{i},\"pad\":\"");
+            let payload = if celery {
+                format!("[{{\"thing_id\":{i},\"pad\":\"")
+            } else {
+                format!("{{\"thing_id\":{i},\"pad\":\"")
+            };
+            let tail: &[u8] = if celery { b"\"}]" } else { b"" };
             let mut hex = String::with_capacity(PAYLOAD_BYTES * 2);
             for b in payload
                 .bytes()
                 .chain(std::iter::repeat(b'x'))
-                .take(PAYLOAD_BYTES)
+                .take(PAYLOAD_BYTES - tail.len())
+                .chain(tail.iter().copied())
             {
                 hex.push_str(&format!("{b:02x}"));
             }
@@ -222,12 +233,28 @@ impl Sandbox {
         let mut total = 0usize;
         for q in 0..QUEUES {
             let n: usize = redis::cmd("LLEN")
-                .arg(format!("{}queue:{prefix}{q}", self.namespace))
+                .arg(self.queue_key(&format!("{prefix}{q}")))
                 .query_async(&mut con)
                 .await?;
             total += n;
         }
         Ok(total)
+    }
+
+    /// The list of `queue` in the bench's layout and namespace.
+    fn queue_key(&self, queue: &str) -> String {
+        Enqueuer::new(self.namespace.clone(), Duration::ZERO)
+            .with_layout(self.layout)
+            .queue_key(queue)
+    }
+
+    /// A payload literal (SQL) for single-row inserts: one byte, or `[0]` in the celery layout.
+    fn tiny_payload(&self) -> &'static str {
+        if self.layout == LayoutKind::Celery {
+            "convert_to('[0]', 'UTF8')"
+        } else {
+            "'\\x00'"
+        }
     }
 
     async fn table_empty(&self) -> Result<bool, BoxError> {
@@ -562,7 +589,7 @@ async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, B
     let consumer = {
         let popped = popped.clone();
         let mut con = sb.redis.get_connection()?;
-        let key = format!("{}queue:latency", sb.namespace);
+        let key = sb.queue_key("latency");
         let layout = args.layout;
         std::thread::spawn(move || {
             use prost::Message;
@@ -590,6 +617,11 @@ async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, B
                                     .expect("a job")
                                     .uuid
                             }
+                            LayoutKind::Celery => {
+                                let msg: serde_json::Value =
+                                    serde_json::from_slice(&bytes).expect("a celery message");
+                                msg["headers"]["id"].as_str().expect("a task id").to_owned()
+                            }
                         };
                         popped.insert(uuid.parse().expect("a uuid"), now);
                         seen += 1;
@@ -616,23 +648,26 @@ async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, B
     let t0 = Instant::now();
     let interval = Duration::from_secs_f64(1.0 / args.rate as f64);
     let mut handles = Vec::new();
+    let insert = format!(
+        "INSERT INTO pending_jobs (uuid, queue, job_type, payload)
+         VALUES ($1, 'latency', 'Ping', {})",
+        sb.tiny_payload()
+    );
     for p in 0..producers {
         let mut conn = sb.pool.acquire().await?.detach();
         let committed = committed.clone();
+        let insert = insert.clone();
         handles.push(tokio::spawn(async move {
             let mut i = p;
             while i < total {
                 let due = t0 + interval * i as u32;
                 tokio::time::sleep_until(due.into()).await;
                 let uuid = uuid::Uuid::new_v4();
-                sqlx::query(
-                    "INSERT INTO pending_jobs (uuid, queue, job_type, payload)
-                     VALUES ($1, 'latency', 'Ping', '\\x00')",
-                )
-                .bind(uuid)
-                .execute(&mut conn)
-                .await
-                .expect("insert");
+                sqlx::query(&insert)
+                    .bind(uuid)
+                    .execute(&mut conn)
+                    .await
+                    .expect("insert");
                 committed.lock().unwrap().insert(uuid, Instant::now());
                 i += producers;
             }
@@ -728,17 +763,20 @@ fn split_latency(
 async fn insert_rate(sb: &Sandbox, seconds: f64) -> Result<f64, BoxError> {
     let stop = Instant::now() + Duration::from_secs_f64(seconds);
     let mut handles = Vec::new();
+    let insert = format!(
+        "INSERT INTO pending_jobs (queue, job_type, payload) VALUES ('ins', 'X', {})",
+        sb.tiny_payload()
+    );
     for _ in 0..PRODUCERS {
         let mut conn = sb.pool.acquire().await?.detach();
+        let insert = insert.clone();
         handles.push(tokio::spawn(async move {
             let mut n = 0u64;
             while Instant::now() < stop {
-                sqlx::query(
-                    "INSERT INTO pending_jobs (queue, job_type, payload) VALUES ('ins', 'X', '\\x00')",
-                )
-                .execute(&mut conn)
-                .await
-                .expect("insert");
+                sqlx::query(&insert)
+                    .execute(&mut conn)
+                    .await
+                    .expect("insert");
                 n += 1;
             }
             n

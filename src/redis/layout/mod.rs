@@ -9,9 +9,13 @@
 //! - [`LayoutKind::Conveyor`] (`--layout conveyor`): what the Go job runner
 //!   [conveyor](https://github.com/jpoz/conveyor) reads: its `wire.Job`, its keys and its
 //!   `AddJob` branch order, with flows kept in order and late children never stranded.
+//! - [`LayoutKind::Celery`] (`--layout celery`): what a [Celery](https://docs.celeryq.dev/) 5
+//!   worker on the Redis broker reads: kombu's message envelope (task protocol 2, JSON) on the
+//!   queue's list; rows wait in the outbox until their `run_at` is due.
 //!
 //! Another runner's layout is one more implementation of [`Layout`] and one more variant.
 
+mod celery;
 mod conveyor;
 mod jobrelay;
 
@@ -31,17 +35,24 @@ pub enum LayoutKind {
     Jobrelay,
     /// The layout of the Go job runner conveyor.
     Conveyor,
+    /// The layout of Celery 5 on its Redis broker (kombu's Redis transport).
+    Celery,
 }
 
 impl LayoutKind {
     /// Every layout, in the order `--help` lists them.
-    pub const ALL: [LayoutKind; 2] = [LayoutKind::Jobrelay, LayoutKind::Conveyor];
+    pub const ALL: [LayoutKind; 3] = [
+        LayoutKind::Jobrelay,
+        LayoutKind::Conveyor,
+        LayoutKind::Celery,
+    ];
 
     /// The name `--layout` takes.
     pub fn as_str(self) -> &'static str {
         match self {
             LayoutKind::Jobrelay => "jobrelay",
             LayoutKind::Conveyor => "conveyor",
+            LayoutKind::Celery => "celery",
         }
     }
 
@@ -50,6 +61,7 @@ impl LayoutKind {
         match self {
             LayoutKind::Jobrelay => &jobrelay::JOBRELAY,
             LayoutKind::Conveyor => &conveyor::CONVEYOR,
+            LayoutKind::Celery => &celery::CELERY,
         }
     }
 }
