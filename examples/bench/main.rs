@@ -34,8 +34,9 @@
 //! default `postgres://postgres@127.0.0.1:5432/postgres`, dropped at the end) and a Redis
 //! namespace of its own (`bench<random>:` on `REDIS_URL`, deleted at the end, and on SIGINT or
 //! SIGTERM). `BENCH_WORKERS` and `BENCH_BATCH_SIZE` override the relay defaults;
-//! `BENCH_LAYOUT=conveyor` (or `sidekiq`) runs the relay in that layout (default `jobrelay`); in
-//! the sidekiq layout every payload is a JSON array of the same size (Sidekiq's `args`).
+//! `BENCH_LAYOUT=conveyor` (or `sidekiq`, or `celery`) runs the relay in that layout (default
+//! `jobrelay`); in the sidekiq and celery layouts every payload is a JSON array of the same size
+//! (the job's `args`).
 
 #[path = "cpu.rs"]
 mod cpu;
@@ -71,7 +72,7 @@ const PAYLOAD_BYTES: usize = 200;
 /// Row `i`'s payload: `PAYLOAD_BYTES` bytes, a JSON array in the sidekiq layout (Sidekiq's
 /// `args`: `[{"thing_id":i,"pad":"xx..."}]`), else `{"thing_id":i,"pad":"xx...` cut off.
 fn payload(layout: LayoutKind, i: usize) -> Vec<u8> {
-    let (head, tail) = if layout == LayoutKind::Sidekiq {
+    let (head, tail) = if takes_args(layout) {
         (format!("[{{\"thing_id\":{i},\"pad\":\""), "\"}]")
     } else {
         (format!("{{\"thing_id\":{i},\"pad\":\""), "")
@@ -83,10 +84,15 @@ fn payload(layout: LayoutKind, i: usize) -> Vec<u8> {
     p
 }
 
-/// The SQL literal of a one-row insert's payload: `[]` (Sidekiq's empty `args`) in the sidekiq
-/// layout, else `otherwise`.
+/// Whether the layout's payloads are a job's `args`, a JSON array (sidekiq, celery).
+fn takes_args(layout: LayoutKind) -> bool {
+    matches!(layout, LayoutKind::Sidekiq | LayoutKind::Celery)
+}
+
+/// The SQL literal of a one-row insert's payload: `[]` (empty `args`) where the layout takes
+/// args, else `otherwise`.
 fn tiny_payload(layout: LayoutKind, otherwise: &'static str) -> &'static str {
-    if layout == LayoutKind::Sidekiq {
+    if takes_args(layout) {
         "'\\x5b5d'"
     } else {
         otherwise
@@ -104,7 +110,7 @@ pub struct Args {
     pub insert_seconds: f64,
     pub workers: usize,
     pub batch_size: usize,
-    /// `BENCH_LAYOUT`: the Redis layout (`jobrelay`, `conveyor` or `sidekiq`).
+    /// `BENCH_LAYOUT`: the Redis layout (`jobrelay`, `conveyor`, `sidekiq` or `celery`).
     pub layout: LayoutKind,
     /// `BENCH_BACKLOG_ROWS`: the backlog one worker drains in `backlog` (default 1,000,000).
     pub backlog_rows: usize,
@@ -160,6 +166,7 @@ struct Sandbox {
     db_url: String,
     redis: redis::Client,
     namespace: String,
+    layout: LayoutKind,
 }
 
 impl Sandbox {
@@ -189,6 +196,7 @@ impl Sandbox {
             db_url,
             redis: redis::Client::open(args.redis_url.as_str())?,
             namespace: format!("bench{tag}:"),
+            layout: args.layout,
         })
     }
 
@@ -243,12 +251,19 @@ impl Sandbox {
         let mut total = 0usize;
         for q in 0..QUEUES {
             let n: usize = redis::cmd("LLEN")
-                .arg(format!("{}queue:{prefix}{q}", self.namespace))
+                .arg(self.queue_key(&format!("{prefix}{q}")))
                 .query_async(&mut con)
                 .await?;
             total += n;
         }
         Ok(total)
+    }
+
+    /// The list of `queue` in the bench's layout and namespace.
+    fn queue_key(&self, queue: &str) -> String {
+        Enqueuer::new(self.namespace.clone(), Duration::ZERO)
+            .with_layout(self.layout)
+            .queue_key(queue)
     }
 
     async fn table_empty(&self) -> Result<bool, BoxError> {
@@ -585,7 +600,7 @@ async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, B
     let consumer = {
         let popped = popped.clone();
         let mut con = sb.redis.get_connection()?;
-        let key = format!("{}queue:latency", sb.namespace);
+        let key = sb.queue_key("latency");
         let layout = args.layout;
         std::thread::spawn(move || {
             use prost::Message;
@@ -620,6 +635,11 @@ async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, B
                                     .as_str()
                                     .expect("a jid")
                                     .to_owned()
+                            }
+                            LayoutKind::Celery => {
+                                let msg: serde_json::Value =
+                                    serde_json::from_slice(&bytes).expect("a celery message");
+                                msg["headers"]["id"].as_str().expect("a task id").to_owned()
                             }
                         };
                         popped.insert(uuid.parse().expect("a uuid"), now);

@@ -77,8 +77,8 @@ pub struct Flags {
     /// Prefix of every Redis key, e.g. `app1:` [env: JOBRELAY_NAMESPACE] [default: empty]
     #[arg(long, global = true, value_name = "PREFIX")]
     pub namespace: Option<String>,
-    /// Redis layout: `jobrelay`, `conveyor` for the Go job runner conveyor, or `sidekiq` for
-    /// the Ruby job runner Sidekiq
+    /// Redis layout: `jobrelay`, `conveyor` for the Go job runner conveyor, `sidekiq` for the
+    /// Ruby job runner Sidekiq, or `celery` for Celery 5 on its Redis broker
     /// [env: JOBRELAY_LAYOUT] [default: jobrelay]
     #[arg(long, global = true, value_name = "LAYOUT")]
     pub layout: Option<String>,

@@ -210,6 +210,17 @@ impl Config {
                 ),
             });
         }
+        if layout == crate::redis::layout::LayoutKind::Celery
+            && redis_url::topology(&redis_url) == Some(crate::redis::connection::Topology::Cluster)
+        {
+            // kombu's Redis transport talks to one Redis (or a Sentinel-managed primary).
+            return Err(ConfigError {
+                culprit: "--layout".into(),
+                reason: "celery cannot read a Redis Cluster (kombu's Redis transport has no \
+                         Cluster support): give the URL of the Redis its workers use"
+                    .into(),
+            });
+        }
         if redis_url::topology(&redis_url) == Some(crate::redis::connection::Topology::Cluster)
             && !redis_url::namespace_is_one_slot(&namespace)
         {

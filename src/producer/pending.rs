@@ -156,7 +156,9 @@ pub struct PushReport {
     /// Jobs not pushed by [`PendingJobs::push_and_delete`] because their row was not pending
     /// for it: a relay holds it or has already relayed it, or it was never committed (the
     /// transaction rolled back, or [`PendingJobs::create_pending`] was not called). Either way
-    /// there is nothing for this call to do.
+    /// there is nothing for this call to do. Also, in a layout whose runner has no scheduled
+    /// set (`--layout celery`), jobs whose `run_at` is still ahead: their rows stay, and the
+    /// relay sends them once they are due.
     pub skipped: Vec<Uuid>,
     /// Rows deleted.
     pub deleted: u64,
@@ -456,6 +458,8 @@ impl PendingJobs {
     ///
     /// - rows a running relay holds are skipped, not waited for; rows already relayed, or
     ///   never committed (the transaction rolled back), are not pushed ([`PushReport::skipped`]);
+    /// - in a layout that holds rows until they are due (`--layout celery`), a job whose `run_at`
+    ///   is still ahead is not pushed either ([`PushReport::skipped`]): its row waits for the relay;
     /// - a job the script refuses keeps its row, unchanged, for the relay
     ///   ([`PushReport::refused`]); the others are deleted;
     /// - [`Producer::push_timeout`] bounds each script call against one deadline: the jobs of
@@ -492,11 +496,12 @@ impl PendingJobs {
     {
         let mut report = PushReport::default();
         let mut candidates = Vec::new();
+        let due = self.due();
         for (i, s) in self.state.iter().enumerate() {
             match s.row {
                 Some(_) if s.deleted => {}
-                Some(_) => candidates.push(i),
-                None => report.skipped.push(self.jobs[i].uuid),
+                Some(_) if due(&self.jobs[i]) => candidates.push(i),
+                _ => report.skipped.push(self.jobs[i].uuid),
             }
         }
         if candidates.is_empty() {
@@ -573,7 +578,8 @@ impl PendingJobs {
     ///
     /// The outer error means the push as a whole failed: the rows are untouched, and
     /// [`FastPathError::rows_left`] lists them. Refused jobs are in [`PushReport::refused`];
-    /// [`PushReport::skipped`] stays empty.
+    /// [`PushReport::skipped`] lists only the jobs not yet due in a layout that holds rows until
+    /// they are due (`--layout celery`): they are not pushed.
     ///
     /// ```no_run
     /// # use jobrelay::producer::PendingJobs;
@@ -591,9 +597,18 @@ impl PendingJobs {
         C: ConnectionLike + Send,
     {
         let mut report = PushReport::default();
-        let take: Vec<usize> = (0..self.jobs.len())
-            .filter(|&i| !self.state[i].acked && !self.state[i].deleted)
-            .collect();
+        let due = self.due();
+        let mut take = Vec::new();
+        for i in 0..self.jobs.len() {
+            if self.state[i].acked || self.state[i].deleted {
+                continue;
+            }
+            if due(&self.jobs[i]) {
+                take.push(i);
+            } else {
+                report.skipped.push(self.jobs[i].uuid);
+            }
+        }
         if take.is_empty() {
             return Ok(report);
         }
@@ -647,6 +662,20 @@ impl PendingJobs {
             self.state[i].deleted = true;
         }
         Ok(done.rows_affected())
+    }
+
+    /// Whether the fast path may push a job now: always, except a job whose `run_at` is still
+    /// ahead in a layout that holds rows until they are due (the relay sends it then).
+    fn due(&self) -> impl Fn(&Job) -> bool {
+        let holds = self
+            .producer
+            .inner
+            .enqueuer
+            .layout()
+            .layout()
+            .holds_until_due();
+        let now = Utc::now();
+        move |job: &Job| !holds || job.run_at.is_none_or(|t| t <= now)
     }
 
     fn push_job(&mut self, job: Job) -> Uuid {

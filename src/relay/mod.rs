@@ -121,7 +121,9 @@ pub fn spawn_with<S: JobSink + 'static>(
     // One claim cursor per relay: its workers' claims start where the relay's last ones took,
     // and the wake-up lock's poll looks where they do.
     let cursor = Arc::new(cursor::ClaimCursor::default());
+    let layout = sinks.first().map_or(LayoutKind::Jobrelay, JobSink::layout);
     if wakeup.lock {
+        let holds = layout.layout().holds_until_due();
         let (h, stop) = (health.clone(), shutdown.clone());
         let (p, table, a) = (pool.clone(), settings.table.clone(), activity.clone());
         let c = cursor.clone();
@@ -137,6 +139,7 @@ pub fn spawn_with<S: JobSink + 'static>(
                     a.clone(),
                     tx.clone(),
                     c.clone(),
+                    holds,
                     stop.clone(),
                 )
             },
@@ -144,7 +147,6 @@ pub fn spawn_with<S: JobSink + 'static>(
     }
     // Without a listener or a lock, the wake channel closes here and workers poll.
     drop(wake_tx);
-    let layout = sinks.first().map_or(LayoutKind::Jobrelay, JobSink::layout);
     let queries = Arc::new(Queries::for_layout(&settings.table, layout));
     let batch = Arc::new(settings.batch.clone());
     let slots = Arc::new(slots::SlotGate::default());

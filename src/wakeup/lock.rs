@@ -175,6 +175,21 @@ impl WakeupLock {
         self
     }
 
+    /// In a layout that holds rows until their `run_at` is due
+    /// ([`crate::redis::layout::Layout::holds_until_due`]), counts only due rows as ready, as
+    /// the claim does: otherwise a row whose `run_at` is ahead would wake the workers every
+    /// millisecond while they are awake, each time for a claim that takes nothing (measured:
+    /// 170-200 empty claims after one such row came in).
+    pub fn holding_until_due(mut self, holds: bool) -> Self {
+        if holds {
+            self.ready_sql.1 = " AND available_at <= statement_timestamp() \
+                                AND (run_at IS NULL OR run_at <= statement_timestamp()) \
+                                ORDER BY id LIMIT 1)"
+                .to_owned();
+        }
+        self
+    }
+
     /// Whether this relay holds the lock (producers skip NOTIFY).
     pub fn held(&self) -> bool {
         self.held
@@ -282,9 +297,12 @@ pub async fn keep_awake(
     activity: Arc<Activity>,
     wake: watch::Sender<u64>,
     cursor: Arc<ClaimCursor>,
+    holds_until_due: bool,
     shutdown: CancellationToken,
 ) {
-    let mut lock = WakeupLock::new(pool, &table, activity.clone(), wake).with_cursor(cursor);
+    let mut lock = WakeupLock::new(pool, &table, activity.clone(), wake)
+        .with_cursor(cursor)
+        .holding_until_due(holds_until_due);
     while !shutdown.is_cancelled() {
         match lock.step(&shutdown).await {
             Next::Pause(pause) => {

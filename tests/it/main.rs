@@ -7,6 +7,7 @@
 //! - `producer`, `producer_only`: the producer library and its dependency footprint;
 //! - `conveyor`: the conveyor layout, checked by a Rust port of conveyor's consumer;
 //! - `sidekiq`: the sidekiq layout, checked by the real Sidekiq worker and API;
+//! - `celery`: the celery layout, checked by a real Celery worker;
 //! - `config`: flags, environment, files, validation;
 //! - `ops`: metrics, probes, TLS, secrets, `check`, roles, deploy files, the HTTP listener;
 //! - `bench`: the benchmark programs run tiny so that they cannot rot.
@@ -17,6 +18,7 @@
 mod common;
 
 mod bench;
+mod celery;
 mod config;
 mod conveyor;
 mod enqueue;

@@ -12,9 +12,13 @@
 //! - [`LayoutKind::Sidekiq`] (`--layout sidekiq`): what the Ruby job runner
 //!   [Sidekiq](https://github.com/sidekiq/sidekiq) 6.x/7.x reads: the job hash as JSON that its
 //!   client pushes, its queues and its scheduled set. No flows.
+//! - [`LayoutKind::Celery`] (`--layout celery`): what a [Celery](https://docs.celeryq.dev/) 5
+//!   worker on the Redis broker reads: kombu's message envelope (task protocol 2, JSON) on the
+//!   queue's list; rows wait in the outbox until their `run_at` is due.
 //!
 //! Another runner's layout is one more implementation of [`Layout`] and one more variant.
 
+mod celery;
 mod conveyor;
 mod jobrelay;
 mod sidekiq;
@@ -40,14 +44,17 @@ pub enum LayoutKind {
     Conveyor,
     /// The layout of the Ruby job runner Sidekiq (6.x, 7.x).
     Sidekiq,
+    /// The layout of Celery 5 on its Redis broker (kombu's Redis transport).
+    Celery,
 }
 
 impl LayoutKind {
     /// Every layout, in the order `--help` lists them.
-    pub const ALL: [LayoutKind; 3] = [
+    pub const ALL: [LayoutKind; 4] = [
         LayoutKind::Jobrelay,
         LayoutKind::Conveyor,
         LayoutKind::Sidekiq,
+        LayoutKind::Celery,
     ];
 
     /// The name `--layout` takes.
@@ -56,6 +63,7 @@ impl LayoutKind {
             LayoutKind::Jobrelay => "jobrelay",
             LayoutKind::Conveyor => "conveyor",
             LayoutKind::Sidekiq => "sidekiq",
+            LayoutKind::Celery => "celery",
         }
     }
 
@@ -65,6 +73,7 @@ impl LayoutKind {
             LayoutKind::Jobrelay => &jobrelay::JOBRELAY,
             LayoutKind::Conveyor => &conveyor::CONVEYOR,
             LayoutKind::Sidekiq => &sidekiq::SIDEKIQ,
+            LayoutKind::Celery => &celery::CELERY,
         }
     }
 }

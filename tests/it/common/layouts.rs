@@ -38,7 +38,7 @@ impl TestLayout {
     /// How many keys besides the markers `queues` queues of jobs make.
     pub fn keys_of_queues(self, queues: i64) -> i64 {
         match self.0 {
-            LayoutKind::Jobrelay | LayoutKind::Conveyor => queues,
+            LayoutKind::Jobrelay | LayoutKind::Conveyor | LayoutKind::Celery => queues,
             // And the set `queues` that names them.
             LayoutKind::Sidekiq => queues + 1,
         }
@@ -67,6 +67,11 @@ impl TestLayout {
                     .expect("a uuid's hex digits")
                     .to_string()
             }
+            // kombu's envelope: the task id is the header `id`.
+            LayoutKind::Celery => {
+                let msg: serde_json::Value = serde_json::from_slice(bytes).expect("a message");
+                msg["headers"]["id"].as_str().expect("a task id").to_owned()
+            }
         }
     }
 }
@@ -86,6 +91,11 @@ macro_rules! per_layout {
             #[sqlx::test]
             async fn sidekiq(pool: PgPool) {
                 super::$suite(pool, TestLayout(jobrelay::LayoutKind::Sidekiq)).await
+            }
+
+            #[sqlx::test]
+            async fn celery(pool: PgPool) {
+                super::$suite(pool, TestLayout(jobrelay::LayoutKind::Celery)).await
             }
         }
     };

@@ -1,0 +1,259 @@
+//! A real, unmodified Celery worker as a child process, for the celery layout's tests.
+//!
+//! [`CeleryWorker::start`] writes a small app module (`app.py`) into a temporary directory and
+//! runs `celery -A app worker -Q <queues> --pool threads -c 4 --without-gossip --without-mingle
+//! --without-heartbeat` against a broker URL (a private redis-server), killed on drop. Each task
+//! of the app records what ran by appending one line to a file:
+//!
+//! ```text
+//! <task id>\t<args as JSON>\t<kwargs as JSON>\t<traceparent or empty>\t<unix time it ran>\t<task name>
+//! ```
+//!
+//! read back by [`CeleryWorker::runs`]. [`CeleryWorker::send`] sends tasks with celery's own
+//! client (`apply_async`), e.g. for a baseline. Celery comes from `.ci/run` (a venv at
+//! `/opt/jobrelay-celery`, pinned), or from `JOBRELAY_CELERY` (the path of a `celery` program
+//! whose directory also holds its `python`).
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where `.ci/run` installs celery.
+const DEFAULT_CELERY: &str = "/opt/jobrelay-celery/bin/celery";
+
+/// The app module. Its tasks take any arguments and record them.
+const APP: &str = r#"
+import json, os, threading, time
+from celery import Celery
+
+app = Celery("app", broker=os.environ["JOBRELAY_TEST_BROKER"])
+app.conf.update(
+    task_serializer="json",
+    accept_content=["json"],
+    broker_connection_retry_on_startup=True,
+)
+prefix = os.environ.get("JOBRELAY_TEST_KEYPREFIX", "")
+if prefix:
+    app.conf.broker_transport_options = {"global_keyprefix": prefix}
+
+_RUNS = os.environ["JOBRELAY_TEST_RUNS"]
+_lock = threading.Lock()
+
+
+def _record(self, *args, **kwargs):
+    line = "\t".join([
+        self.request.id,
+        json.dumps(list(args)),
+        json.dumps(kwargs),
+        getattr(self.request, "traceparent", None) or "",
+        repr(time.time()),
+        self.name,
+    ])
+    with _lock:
+        with open(_RUNS, "a") as f:
+            f.write(line + "\n")
+
+
+for _name in os.environ["JOBRELAY_TEST_TASKS"].split(","):
+    app.task(name=_name, bind=True)(_record)
+"#;
+
+/// One recorded run.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub id: String,
+    pub args: serde_json::Value,
+    pub kwargs: serde_json::Value,
+    pub traceparent: String,
+    /// Unix time (seconds) the task ran, by the worker's clock.
+    pub at: f64,
+    pub task: String,
+}
+
+/// A running celery worker.
+pub struct CeleryWorker {
+    child: Child,
+    dir: tempfile::TempDir,
+    log: PathBuf,
+    runs: PathBuf,
+    celery: PathBuf,
+    env: Vec<(&'static str, String)>,
+}
+
+/// The `celery` program.
+pub fn celery_bin() -> PathBuf {
+    let p = std::env::var_os("JOBRELAY_CELERY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CELERY));
+    assert!(
+        p.exists(),
+        "celery not found at {} (run .ci/run, which installs it, or set JOBRELAY_CELERY)",
+        p.display()
+    );
+    p
+}
+
+impl CeleryWorker {
+    /// Starts a worker consuming `queues` from `broker` (a `redis://` URL) with kombu's
+    /// `global_keyprefix` `prefix` (the relay's `--namespace`), with tasks named `tasks`; waits
+    /// until it says it is ready (at most 30 s).
+    pub fn start(broker: &str, prefix: &str, queues: &[&str], tasks: &[&str]) -> CeleryWorker {
+        let celery = celery_bin();
+        let dir = tempfile::Builder::new()
+            .prefix("jobrelay-celery-")
+            .tempdir()
+            .unwrap();
+        std::fs::write(dir.path().join("app.py"), APP).unwrap();
+        let log = dir.path().join("worker.log");
+        let runs = dir.path().join("runs.tsv");
+        std::fs::write(&runs, "").unwrap();
+        let env = vec![
+            ("JOBRELAY_TEST_BROKER", broker.to_owned()),
+            ("JOBRELAY_TEST_KEYPREFIX", prefix.to_owned()),
+            ("JOBRELAY_TEST_RUNS", runs.display().to_string()),
+            ("JOBRELAY_TEST_TASKS", tasks.join(",")),
+            ("PYTHONPATH", dir.path().display().to_string()),
+            ("PYTHONDONTWRITEBYTECODE", "1".to_owned()),
+        ];
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(&celery)
+            .args(["-A", "app", "worker", "-Q", &queues.join(",")])
+            .args(["--pool", "threads", "-c", "4"])
+            .args([
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ])
+            .args(["-l", "info", "-n"])
+            .arg(format!("jobrelay-test-{}@%h", std::process::id()))
+            .current_dir(dir.path())
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out.try_clone().unwrap()))
+            .stderr(Stdio::from(out))
+            .spawn()
+            .expect("celery starts");
+        let mut w = CeleryWorker {
+            child,
+            dir,
+            log,
+            runs,
+            celery,
+            env,
+        };
+        w.wait_ready(Duration::from_secs(30));
+        w
+    }
+
+    fn wait_ready(&mut self, deadline: Duration) {
+        let start = Instant::now();
+        loop {
+            if self.logs().contains(" ready.") {
+                return;
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("celery worker exited ({status}); its log:\n{}", self.logs());
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "celery worker not ready after {deadline:?}; its log:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// What the worker printed.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Every run recorded so far, in the order they were recorded.
+    pub fn runs(&self) -> Vec<Run> {
+        let text = std::fs::read_to_string(&self.runs).unwrap();
+        // Whole lines only (a line may be half written).
+        let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+        whole
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let f: Vec<&str> = l.split('\t').collect();
+                assert_eq!(f.len(), 6, "a run line: {l:?}");
+                Run {
+                    id: f[0].to_owned(),
+                    args: serde_json::from_str(f[1]).unwrap(),
+                    kwargs: serde_json::from_str(f[2]).unwrap(),
+                    traceparent: f[3].to_owned(),
+                    at: f[4].parse().unwrap(),
+                    task: f[5].to_owned(),
+                }
+            })
+            .collect()
+    }
+
+    /// Waits until at least `n` runs are recorded, at most `deadline`.
+    pub async fn wait_runs(&self, n: usize, deadline: Duration) -> Vec<Run> {
+        let start = Instant::now();
+        loop {
+            let runs = self.runs();
+            if runs.len() >= n {
+                return runs;
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "{} runs of {n} after {deadline:?}; worker log:\n{}",
+                runs.len(),
+                self.tail_of_logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn tail_of_logs(&self) -> String {
+        let logs = self.logs();
+        let lines: Vec<&str> = logs.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    /// Runs `script` (Python) with celery's interpreter, the app importable as `app` (its tasks
+    /// as `app.app.tasks[name]`), e.g. to send tasks with celery's own client; returns its
+    /// standard output. Bounded by 30 s.
+    pub fn python(&self, script: &str) -> String {
+        let python = self.celery.parent().unwrap().join("python");
+        let path = self.dir.path().join("script.py");
+        std::fs::write(&path, script).unwrap();
+        let mut child = Command::new(python)
+            .arg(&path)
+            .current_dir(self.dir.path())
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("celery's python starts");
+        let start = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if start.elapsed() > Duration::from_secs(30) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("python script still running after 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "python script failed: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+impl Drop for CeleryWorker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
