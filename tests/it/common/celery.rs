@@ -16,6 +16,8 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+
+use super::{wait_for_records, whole_lines};
 use std::time::{Duration, Instant};
 
 /// Where `.ci/run` installs celery.
@@ -170,12 +172,8 @@ impl CeleryWorker {
 
     /// Every run recorded so far, in the order they were recorded.
     pub fn runs(&self) -> Vec<Run> {
-        let text = std::fs::read_to_string(&self.runs).unwrap();
-        // Whole lines only (a line may be half written).
-        let whole = text.rfind('\n').map_or("", |end| &text[..end]);
-        whole
-            .lines()
-            .filter(|l| !l.is_empty())
+        whole_lines(&self.runs)
+            .iter()
             .map(|l| {
                 let f: Vec<&str> = l.split('\t').collect();
                 assert_eq!(f.len(), 6, "a run line: {l:?}");
@@ -193,20 +191,7 @@ impl CeleryWorker {
 
     /// Waits until at least `n` runs are recorded, at most `deadline`.
     pub async fn wait_runs(&self, n: usize, deadline: Duration) -> Vec<Run> {
-        let start = Instant::now();
-        loop {
-            let runs = self.runs();
-            if runs.len() >= n {
-                return runs;
-            }
-            assert!(
-                start.elapsed() < deadline,
-                "{} runs of {n} after {deadline:?}; worker log:\n{}",
-                runs.len(),
-                self.tail_of_logs()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_for_records("runs", n, deadline, || self.runs(), || self.tail_of_logs()).await
     }
 
     fn tail_of_logs(&self) -> String {

@@ -280,6 +280,44 @@ where
     }
 }
 
+/// The whole lines of a file another process appends to (a real worker's record of what it
+/// ran): a last line still being written, without its newline, is left out; a missing file has
+/// none.
+pub fn whole_lines(path: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+    whole
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Reads `records` until it returns at least `n`, at most `deadline`; then returns them. On
+/// the deadline, panics naming `what` with `context()` (e.g. the worker's log).
+pub async fn wait_for_records<T>(
+    what: &str,
+    n: usize,
+    deadline: Duration,
+    records: impl Fn() -> Vec<T>,
+    context: impl Fn() -> String,
+) -> Vec<T> {
+    let start = Instant::now();
+    loop {
+        let got = records();
+        if got.len() >= n {
+            return got;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "{} {what} of {n} within {deadline:?}; worker output:\n{}",
+            got.len(),
+            context()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -13,6 +13,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+
+use super::{wait_for_records, whole_lines};
 use std::time::{Duration, Instant};
 
 /// The application the worker loads (`sidekiq -r app.rb`) and the Ruby scripts require.
@@ -182,20 +184,8 @@ impl Sidekiq {
 
     /// Waits until at least `n` jobs ran, at most `deadline`.
     pub async fn wait_for_runs(&self, n: usize, deadline: Duration) -> Vec<Run> {
-        let start = Instant::now();
-        loop {
-            let runs = self.runs();
-            if runs.len() >= n {
-                return runs;
-            }
-            assert!(
-                start.elapsed() < deadline,
-                "{} of {n} jobs ran within {deadline:?}; worker output:\n{}",
-                runs.len(),
-                self.worker_output()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let output = || self.worker_output();
+        wait_for_records("jobs ran", n, deadline, || self.runs(), output).await
     }
 
     /// Runs `ruby -e <script>` with the application and Sidekiq's API loaded and REDIS_URL
@@ -236,14 +226,8 @@ impl Drop for Sidekiq {
 }
 
 fn runs_in(path: &Path) -> Vec<Run> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    // A line still being written has no newline yet: only whole lines count.
-    let whole = match text.rfind('\n') {
-        Some(end) => &text[..=end],
-        None => "",
-    };
-    whole
-        .lines()
+    whole_lines(path)
+        .iter()
         .map(|l| {
             let (at, job) = l.split_once('\t').expect("<at>\\t<job>");
             Run {
