@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
-use super::{Layout, LayoutKind, Unfit};
+use super::{push_keys, Layout, LayoutKind, Unfit};
 use crate::job::Job;
 
 /// The layout.
@@ -327,16 +327,7 @@ impl Layout for Celery {
         encoded: &[u8],
         key: &mut String,
     ) {
-        let mut uuid = Uuid::encode_buffer();
-        key.clear();
-        key.push_str(namespace);
-        key.push_str(MARKER_INFIX);
-        key.push_str(job.uuid.hyphenated().encode_lower(&mut uuid));
-        inv.key(&*key);
-        key.truncate(namespace.len());
-        key.push_str(&job.queue);
-        inv.key(&*key);
-        key.clear();
+        push_keys(self, inv, namespace, job, key);
         inv.arg(encoded);
     }
 
@@ -344,13 +335,14 @@ impl Layout for Celery {
         2 * namespace.len() + job.queue.len() + ARGS_OVERHEAD
     }
 
-    fn marker_key(&self, namespace: &str, uuid: Uuid) -> String {
-        format!("{namespace}{MARKER_INFIX}{}", uuid.hyphenated())
+    fn marker_infix(&self) -> &'static str {
+        MARKER_INFIX
     }
 
-    /// `<ns><queue>`: kombu's list for the queue's priority 0 (every message the relay writes).
-    fn queue_key(&self, namespace: &str, queue: &str) -> String {
-        format!("{namespace}{queue}")
+    /// kombu's list for the queue's priority 0 (every message the relay writes) is the queue's
+    /// own name.
+    fn queue_infix(&self) -> &'static str {
+        ""
     }
 
     fn orders_flows(&self) -> bool {

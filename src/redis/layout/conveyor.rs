@@ -96,7 +96,7 @@ impl Layout for Conveyor {
         encoded: &[u8],
         key: &mut String,
     ) {
-        push_keys(inv, namespace, MARKER_INFIX, job, key);
+        push_keys(self, inv, namespace, job, key);
         let anchored = job.parent_uuid.is_some() || job.predecessor_uuid.is_some();
         if anchored || job.run_at.is_some() || job.dead_parent {
             let (mut parent, mut pred) = (Uuid::encode_buffer(), Uuid::encode_buffer());
@@ -130,12 +130,8 @@ impl Layout for Conveyor {
         2 * namespace.len() + job.queue.len() + ARGS_OVERHEAD + alone
     }
 
-    fn marker_key(&self, namespace: &str, uuid: Uuid) -> String {
-        format!("{namespace}{MARKER_INFIX}{}", uuid.hyphenated())
-    }
-
-    fn queue_key(&self, namespace: &str, queue: &str) -> String {
-        format!("{namespace}queue:{queue}")
+    fn marker_infix(&self) -> &'static str {
+        MARKER_INFIX
     }
 
     fn orders_flows(&self) -> bool {

@@ -49,7 +49,7 @@ impl Layout for Jobrelay {
         encoded: &[u8],
         key: &mut String,
     ) {
-        push_keys(inv, namespace, "jobs:", job, key);
+        push_keys(self, inv, namespace, job, key);
         if job.parent_uuid.is_some()
             || job.predecessor_uuid.is_some()
             || job.run_at.is_some()
@@ -72,12 +72,8 @@ impl Layout for Jobrelay {
         2 * namespace.len() + job.queue.len() + ARGS_OVERHEAD
     }
 
-    fn marker_key(&self, namespace: &str, uuid: Uuid) -> String {
-        format!("{namespace}jobs:{}", uuid.hyphenated())
-    }
-
-    fn queue_key(&self, namespace: &str, queue: &str) -> String {
-        format!("{namespace}queue:{queue}")
+    fn marker_infix(&self) -> &'static str {
+        "jobs:"
     }
 
     fn orders_flows(&self) -> bool {

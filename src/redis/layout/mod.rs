@@ -143,11 +143,23 @@ pub trait Layout: Send + Sync + fmt::Debug {
     /// An upper bound of the bytes [`Layout::push_args`] sends for `job` besides `encoded`.
     fn args_overhead(&self, namespace: &str, job: &Job, encoded_len: usize) -> usize;
 
-    /// The dedup marker's key for `uuid`.
-    fn marker_key(&self, namespace: &str, uuid: Uuid) -> String;
+    /// What comes between the namespace and the uuid in a dedup marker's key (`jobs:`).
+    fn marker_infix(&self) -> &'static str;
 
-    /// The queue list's key.
-    fn queue_key(&self, namespace: &str, queue: &str) -> String;
+    /// What comes between the namespace and the queue's name in its list's key.
+    fn queue_infix(&self) -> &'static str {
+        "queue:"
+    }
+
+    /// The dedup marker's key for `uuid`: `<namespace><marker infix><uuid>`.
+    fn marker_key(&self, namespace: &str, uuid: Uuid) -> String {
+        format!("{namespace}{}{}", self.marker_infix(), uuid.hyphenated())
+    }
+
+    /// The queue list's key: `<namespace><queue infix><queue>`.
+    fn queue_key(&self, namespace: &str, queue: &str) -> String {
+        format!("{namespace}{}{queue}", self.queue_infix())
+    }
 
     /// Whether a job must reach Redis no later than the job it names as its parent or
     /// predecessor (so that it never lands in the lists of a job that already finished): the
@@ -171,25 +183,25 @@ pub trait Layout: Send + Sync + fmt::Debug {
     }
 }
 
-/// Declares a job's two keys (`KEYS`), its marker key `<namespace><marker infix><uuid>` and
-/// its queue key `<namespace>queue:<queue>`, built in `key` (left empty): no `String` of their
-/// own per job. Declared, not passed as arguments, so that a Redis Cluster routes the call by
-/// them and refuses it while their slot migrates (docs/redis.md#cluster).
+/// Declares a job's two keys (`KEYS`), its marker key and its queue key as `layout` names them
+/// ([`Layout::marker_key`], [`Layout::queue_key`]), built in `key` (left empty): no `String` of
+/// their own per job. Declared, not passed as arguments, so that a Redis Cluster routes the
+/// call by them and refuses it while their slot migrates (docs/redis.md#cluster).
 pub(crate) fn push_keys(
+    layout: &dyn Layout,
     inv: &mut redis::ScriptInvocation<'_>,
     namespace: &str,
-    marker_infix: &str,
     job: &Job,
     key: &mut String,
 ) {
     let mut uuid = Uuid::encode_buffer();
     key.clear();
     key.push_str(namespace);
-    key.push_str(marker_infix);
+    key.push_str(layout.marker_infix());
     key.push_str(job.uuid.hyphenated().encode_lower(&mut uuid));
     inv.key(&*key);
     key.truncate(namespace.len());
-    key.push_str("queue:");
+    key.push_str(layout.queue_infix());
     key.push_str(&job.queue);
     inv.key(&*key);
     key.clear();

@@ -237,7 +237,7 @@ impl Layout for Sidekiq {
         encoded: &[u8],
         key: &mut String,
     ) {
-        push_keys(inv, namespace, MARKER_INFIX, job, key);
+        push_keys(self, inv, namespace, job, key);
         if let Some(at) = job.run_at {
             let _ = write!(key, "{}", epoch_score(at));
         }
@@ -248,12 +248,8 @@ impl Layout for Sidekiq {
         2 * namespace.len() + job.queue.len() + ARGS_OVERHEAD
     }
 
-    fn marker_key(&self, namespace: &str, uuid: Uuid) -> String {
-        format!("{namespace}{MARKER_INFIX}{}", uuid.hyphenated())
-    }
-
-    fn queue_key(&self, namespace: &str, queue: &str) -> String {
-        format!("{namespace}queue:{queue}")
+    fn marker_infix(&self) -> &'static str {
+        MARKER_INFIX
     }
 
     fn orders_flows(&self) -> bool {
