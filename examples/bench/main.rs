@@ -221,7 +221,7 @@ impl Sandbox {
 
     /// COPYs `n` rows in one transaction: 200-byte payloads, round-robin over 8 queues named
     /// `<prefix>0..7`. No ANALYZE: the statistics stay those of the empty table.
-    async fn copy_rows(&self, n: usize, prefix: &str, layout: LayoutKind) -> Result<(), BoxError> {
+    async fn copy_rows(&self, n: usize, prefix: &str) -> Result<(), BoxError> {
         let mut conn = self.pool.acquire().await?;
         let mut copy = conn
             .copy_in_raw("COPY pending_jobs (queue, job_type, payload) FROM STDIN")
@@ -229,7 +229,7 @@ impl Sandbox {
         let mut buf = String::with_capacity(1 << 20);
         for i in 0..n {
             let mut hex = String::with_capacity(PAYLOAD_BYTES * 2);
-            for b in payload(layout, i) {
+            for b in payload(self.layout, i) {
                 hex.push_str(&format!("{b:02x}"));
             }
             buf.push_str(&format!(
@@ -373,10 +373,10 @@ where
 /// The relay has been running on a nearly empty table: it relays `n` single rows, one at a
 /// time, each in a transaction of its own (its statements are planned, and any plan cache
 /// filled, while the table holds at most one row).
-async fn warm_up(sb: &Sandbox, n: usize, layout: LayoutKind) -> Result<(), BoxError> {
+async fn warm_up(sb: &Sandbox, n: usize) -> Result<(), BoxError> {
     let sql = format!(
         "INSERT INTO pending_jobs (queue, job_type, payload) VALUES ('warm', 'Warm', {})",
-        tiny_payload(layout, "''")
+        tiny_payload(sb.layout, "''")
     );
     for i in 0..n {
         sqlx::query(&sql).execute(&sb.pool).await?;
@@ -397,7 +397,7 @@ async fn bench_drain(
     let prefix = if vacuumed { "vacuumed" } else { "drain" };
     let (relay, cpu0, t0) = if vacuumed {
         // The old way: rows COPYed, VACUUM (ANALYZE), then the relay starts on them.
-        sb.copy_rows(args.rows, prefix, args.layout).await?;
+        sb.copy_rows(args.rows, prefix).await?;
         sqlx::query("VACUUM (ANALYZE) pending_jobs")
             .execute(&sb.pool)
             .await?;
@@ -406,8 +406,8 @@ async fn bench_drain(
         (start_relay(sb, args, None).await?, cpu0, t0)
     } else {
         let relay = start_relay(sb, args, None).await?;
-        warm_up(sb, 20, args.layout).await?;
-        sb.copy_rows(args.rows, prefix, args.layout).await?;
+        warm_up(sb, 20).await?;
+        sb.copy_rows(args.rows, prefix).await?;
         (
             relay,
             cpu::CpuSnapshot::take(&sb.redis).await,
@@ -442,7 +442,7 @@ async fn bench_drain(
 /// time goes, per 1,000 rows, and the claim statement's time from the first batch to the last.
 async fn bench_stages(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, BoxError> {
     let rows = args.backlog_rows.max(1);
-    sb.copy_rows(rows, "stages", args.layout).await?;
+    sb.copy_rows(rows, "stages").await?;
     let opts = jobrelay::config::session_settings(sb.db_url.parse()?);
     let pool = jobrelay::db::lazy_pool(opts, 2);
     let con = jobrelay::redis::connection::connect(&sb.redis, Duration::from_secs(5)).await?;
@@ -530,7 +530,7 @@ type NaiveRow = (
 
 /// One row per transaction, one EVALSHA per job: what a straightforward relay does.
 async fn bench_naive(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, BoxError> {
-    sb.copy_rows(args.naive_rows, "naive", args.layout).await?;
+    sb.copy_rows(args.naive_rows, "naive").await?;
     let enqueuer =
         Enqueuer::new(sb.namespace.clone(), Duration::from_secs(900)).with_layout(args.layout);
     let mut con = sb.redis_con().await?;
@@ -778,11 +778,11 @@ fn split_latency(
 
 /// Single-row inserts by `PRODUCERS` concurrent producers for `seconds`, while the relay
 /// drains them (as in production); returns rows/s.
-async fn insert_rate(sb: &Sandbox, seconds: f64, layout: LayoutKind) -> Result<f64, BoxError> {
+async fn insert_rate(sb: &Sandbox, seconds: f64) -> Result<f64, BoxError> {
     let stop = Instant::now() + Duration::from_secs_f64(seconds);
     let insert = format!(
         "INSERT INTO pending_jobs (queue, job_type, payload) VALUES ('ins', 'X', {})",
-        tiny_payload(layout, "'\\x00'")
+        tiny_payload(sb.layout, "'\\x00'")
     );
     let mut handles = Vec::new();
     for _ in 0..PRODUCERS {
@@ -837,7 +837,7 @@ async fn bench_notify_cost(sb: &Sandbox, args: &Args) -> Result<serde_json::Valu
         };
         for on in order {
             set_trigger(on).await?;
-            rate[on as usize] = insert_rate(sb, side, args.layout).await?;
+            rate[on as usize] = insert_rate(sb, side).await?;
         }
         with += rate[1];
         without += rate[0];
