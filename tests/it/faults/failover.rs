@@ -200,19 +200,6 @@ async fn failover_run(pool: &PgPool, kind: Failover, server_args: &[&str]) -> Ru
     }
 }
 
-async fn redis_cmd(url: &str, args: &[&str]) {
-    let mut con = redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    let _: redis::Value = cmd.query_async(&mut con).await.unwrap();
-}
-
 async fn info_replication(url: &str) -> String {
     let mut con = redis::Client::open(url)
         .unwrap()

@@ -248,6 +248,21 @@ async fn dbsize(ns: &Namespace) -> i64 {
     all - probe
 }
 
+/// Runs one Redis command (`args[0]` and its arguments) on the server at `url`, ignoring the
+/// answer.
+async fn redis_cmd(url: &str, args: &[&str]) {
+    let mut con = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    let _: redis::Value = cmd.query_async(&mut con).await.unwrap();
+}
+
 /// What the test found: uuids in Redis (how often each), and the check that nothing was lost.
 struct Tally {
     /// Distinct uuids in the queue.

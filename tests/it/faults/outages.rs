@@ -231,19 +231,6 @@ async fn postgres_sessions_cut_mid_batch_lose_nothing(pool: PgPool) {
     figures("postgres_cuts", t.relayed, duplicates, t.lost.len());
 }
 
-async fn redis_cmd(url: &str, args: &[&str]) {
-    let mut con = redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    let _: redis::Value = cmd.query_async(&mut con).await.unwrap();
-}
-
 /// A Redis that turned replica (READONLY), then a stale replica (MASTERDOWN): rows wait with
 /// their attempts untouched, the outage is logged once, and delivery resumes on promotion.
 #[sqlx::test]
