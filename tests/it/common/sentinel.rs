@@ -22,7 +22,14 @@ pub struct SentinelGroup {
     sentinel_password: Option<String>,
     /// The CA (PEM) of a group that speaks only TLS.
     tls_ca: Option<Vec<u8>>,
+    /// This group's turn: one group at a time in the test process ([`ONE_GROUP`]).
+    _turn: tokio::sync::MutexGuard<'static, ()>,
 }
+
+/// Held by the one group running. A group's timing is its test's subject (a primary is down
+/// after 1 s of silence, failovers are timed), and two groups failing over beside each other
+/// and the rest of the suite starve each other's Sentinels of CPU.
+static ONE_GROUP: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// How a group is set up, beyond the defaults (no password, plain TCP).
 #[derive(Clone, Copy, Default)]
@@ -84,6 +91,7 @@ impl SentinelGroup {
 
     /// As [`Self::start`], set up as `setup` says.
     pub async fn start_with(server_args: &[&str], setup: Setup<'_>) -> Self {
+        let turn = ONE_GROUP.lock().await;
         let Setup { auth, tls } = setup;
         let mut server_args: Vec<&str> = server_args.to_vec();
         if let Some((pw, _)) = auth {
@@ -153,6 +161,7 @@ impl SentinelGroup {
             sentinels,
             sentinel_password: auth.map(|(_, spw)| spw.to_owned()),
             tls_ca: tls.map(|c| std::fs::read(&c.ca).expect("the CA certificate")),
+            _turn: turn,
         };
         group.wait_settled().await;
         group

@@ -77,8 +77,20 @@ impl Logs {
 }
 
 impl Drop for Logs {
-    /// With FAULTS_KEEP_LOGS set, the relays' logs stay on disk for a post-mortem.
+    /// A failing test prints the end of each relay's log (CI keeps nothing else of them);
+    /// with FAULTS_KEEP_LOGS set, the logs stay on disk for a post-mortem.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            for file in self.files() {
+                let text = std::fs::read_to_string(&file).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(40)..];
+                println!("--- the last {} lines of {}:", tail.len(), file.display());
+                for line in tail {
+                    println!("{line}");
+                }
+            }
+        }
         if std::env::var_os("FAULTS_KEEP_LOGS").is_some() {
             let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
             println!("relay logs kept in {}", dir.keep().display());
