@@ -110,6 +110,8 @@ pub(crate) async fn work<S: JobSink>(
                 delay
             }
         };
+        // Between batches, a worker that can be woken tells the wake-up lock's poll it waits.
+        let _waiting = (backoff.failures() == 0).then(|| activity.waiting());
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(idle_wait) => {}

@@ -179,8 +179,9 @@ async fn a_relay_killed_holding_the_lock_releases_it(pool: PgPool) {
 }
 
 /// The lock's state machine, one step at a time: taken while a worker is awake, a poll per
-/// step that wakes the workers when a row is claimable, released (with one more wake-up) once
-/// nobody is awake, then idle.
+/// step that wakes the workers when a row is claimable (only while a worker waits for a
+/// wake-up: busy workers need none), released (with one more wake-up) once nobody is awake,
+/// then idle.
 #[sqlx::test]
 async fn the_wakeup_lock_steps_through_take_poll_release(pool: PgPool) {
     use jobrelay::wakeup::lock::{Activity, Next, WakeupLock, AWAKE_POLL};
@@ -196,6 +197,7 @@ async fn the_wakeup_lock_steps_through_take_poll_release(pool: PgPool) {
         "nobody awake, nothing to do"
     );
     activity.mark();
+    let waiting = activity.waiting();
     assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
     assert!(lock.held() && lock_held(&pool).await, "taken while awake");
     assert!(!woken.has_changed().unwrap(), "an empty table wakes nobody");
@@ -205,6 +207,22 @@ async fn the_wakeup_lock_steps_through_take_poll_release(pool: PgPool) {
     assert!(
         woken.has_changed().unwrap(),
         "a claimable row wakes the workers"
+    );
+    woken.borrow_and_update();
+
+    // Every worker busy (in a batch, or waiting for a claim slot): no poll, nobody woken.
+    drop(waiting);
+    assert_eq!(lock.step(&stop).await, Next::Busy);
+    assert!(
+        !woken.has_changed().unwrap(),
+        "busy workers are not woken, and the table not polled for them"
+    );
+    // A worker waits again: the poll finds the row.
+    let _waiting = activity.waiting();
+    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
+    assert!(
+        woken.has_changed().unwrap(),
+        "a waiting worker is woken for the claimable row"
     );
     woken.borrow_and_update();
 
@@ -262,6 +280,7 @@ async fn the_awake_poll_looks_above_the_claim_mark(pool: PgPool) {
         .with_cursor(cursor);
     let stop = tokio_util::sync::CancellationToken::new();
     activity.mark();
+    let _waiting = activity.waiting();
     assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
     assert!(lock.held(), "taken while awake");
     assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
