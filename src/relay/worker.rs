@@ -35,7 +35,7 @@ pub(crate) async fn work<S: JobSink>(
     let mut recovered = health.recoveries();
     // The last batch held a claim slot and came back full: the next one goes at once.
     let mut turn = false;
-    while !shutdown.is_cancelled() {
+    'work: while !shutdown.is_cancelled() {
         health.beat();
         wake.borrow_and_update();
         recovered.borrow_and_update();
@@ -112,20 +112,30 @@ pub(crate) async fn work<S: JobSink>(
         };
         // Between batches, a worker that can be woken tells the wake-up lock's poll it waits.
         let _waiting = (backoff.failures() == 0).then(|| activity.waiting());
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = tokio::time::sleep(idle_wait) => {}
-            // The probe saw a dependency come back: no need to sit out the rest of the backoff.
-            _ = recovered.changed(), if backoff.failures() > 0 => {}
-            changed = wake.changed(), if backoff.failures() == 0 => {
-                if changed.is_err() {
-                    // No listener any more: fall back to polling.
-                    tokio::select! {
-                        _ = shutdown.cancelled() => break,
-                        _ = tokio::time::sleep(idle_wait) => {}
+        let idle = backoff.failures() == 0;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break 'work,
+                _ = tokio::time::sleep(idle_wait) => {
+                    // One idle poll per relay and interval ([`Activity::take_idle_poll`]).
+                    if idle && !activity.take_idle_poll(poll_interval) {
+                        continue;
+                    }
+                }
+                // The probe saw a dependency come back: no need to sit out the rest of the
+                // backoff.
+                _ = recovered.changed(), if backoff.failures() > 0 => {}
+                changed = wake.changed(), if backoff.failures() == 0 => {
+                    if changed.is_err() {
+                        // No listener any more: fall back to polling, every worker.
+                        tokio::select! {
+                            _ = shutdown.cancelled() => break 'work,
+                            _ = tokio::time::sleep(idle_wait) => {}
+                        }
                     }
                 }
             }
+            break;
         }
     }
 }

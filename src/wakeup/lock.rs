@@ -66,7 +66,8 @@ pub const XMIN_WAIT_LIMIT: Duration = Duration::from_secs(10);
 /// First key of the wake-up lock ("jr"); the second is `hashtext(<channel>)`.
 pub const LOCK_CLASS: i32 = 0x6A72;
 
-/// When the workers last claimed rows, and how many of them wait for a wake-up.
+/// When the workers last claimed rows, how many of them wait for a wake-up, and when one last
+/// polled while idle.
 #[derive(Debug)]
 pub struct Activity {
     base: Instant,
@@ -77,6 +78,8 @@ pub struct Activity {
     waiting: AtomicUsize,
     /// A worker began to wait.
     waiting_began: Notify,
+    /// Milliseconds since `base` of the relay's last idle poll, plus one (0: never).
+    idle_polled: AtomicU64,
 }
 
 impl Default for Activity {
@@ -87,6 +90,7 @@ impl Default for Activity {
             changed: Notify::new(),
             waiting: AtomicUsize::new(0),
             waiting_began: Notify::new(),
+            idle_polled: AtomicU64::new(0),
         }
     }
 }
@@ -109,6 +113,27 @@ impl Activity {
         self.waiting.fetch_add(1, Ordering::AcqRel);
         self.waiting_began.notify_one();
         Waiting(self)
+    }
+
+    /// A worker's idle wait of `interval` (`--poll-interval`) ran out with no wake-up: whether
+    /// it should look for rows. One worker of the relay does, per interval; the others, whose
+    /// waits run out at other moments of it, go back to waiting. Each look is a claim (a
+    /// transaction, and a statement parsed and planned), and an idle fleet of 24 relays of 2
+    /// workers spent most of its Postgres CPU on them. A backlog that arrives unannounced
+    /// still draws every worker: the wake-up lock's poll wakes them once one claims rows, and
+    /// without the lock, each idle worker's turn to look comes within an interval.
+    pub fn take_idle_poll(&self, interval: Duration) -> bool {
+        let now = self.base.elapsed().as_millis() as u64 + 1;
+        let last = self.idle_polled.load(Ordering::Acquire);
+        // A tenth of the interval's slack: the poller's own next wait ends a little more than
+        // an interval after its last look began, never less.
+        let recent = (interval.as_millis() as u64).saturating_mul(9) / 10;
+        if last != 0 && now.saturating_sub(last) < recent {
+            return false;
+        }
+        self.idle_polled
+            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     /// Whether a worker waits for a wake-up.

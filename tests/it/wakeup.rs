@@ -320,3 +320,77 @@ async fn notify_wakes_an_idle_relay(pool: PgPool) {
     .await;
     stop(child).await;
 }
+
+/// Transactions of this database rolled back so far, as the statistics have them (a backend
+/// reports its own when it exits).
+async fn rollbacks(pool: &PgPool) -> i64 {
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::query("SELECT pg_stat_clear_snapshot()")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query_scalar(
+        "SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database()",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap()
+}
+
+/// An idle relay looks for rows once per `--poll-interval`, not once per worker: each look is
+/// a claim's transaction (rolled back when it finds nothing), and 24 idle sidecars of 2
+/// workers spent most of their Postgres CPU on them. Counted as the database's rollbacks over
+/// an idle relay's life: 4 workers polling each would be 4 per interval.
+#[sqlx::test]
+async fn an_idle_relay_polls_once_per_interval_not_once_per_worker(pool: PgPool) {
+    let ns = Namespace::new();
+    let db = database_url_of(&pool).await;
+    let before = rollbacks(&pool).await;
+    let started = std::time::Instant::now();
+    let mut relay = RelayChild::start(
+        &db,
+        &ns.url,
+        &ns.prefix,
+        &["--workers", "4", "--poll-interval", "200ms"],
+    );
+    wait_until("the relay listens", Duration::from_secs(20), || async {
+        listening_relays(&pool).await == 1
+    })
+    .await;
+    // The window observed: 3 s of an idle relay, 15 poll intervals.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    relay.signal("TERM");
+    assert_eq!(relay.wait(Duration::from_secs(30)).await, Some(0));
+    let intervals = (started.elapsed().as_secs_f64() / 0.2).ceil() as i64;
+    // Every backend of the relay has exited, and reported its transactions.
+    let (p, db_name) = (&pool, db.rsplit('/').next().unwrap().to_owned());
+    let db_name = &db_name;
+    wait_until(
+        "the relay's sessions end",
+        Duration::from_secs(10),
+        || async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = $1 AND pid <> pg_backend_pid()",
+            )
+            .bind(db_name)
+            .fetch_one(p)
+            .await
+            .unwrap()
+                == 0
+        },
+    )
+    .await;
+    let looks = rollbacks(&pool).await - before;
+    // One look per interval, plus each worker's first claim and one at each wake-up of the
+    // listener (its start): at most twice the intervals and a few. One per worker and
+    // interval would be four times the intervals.
+    assert!(
+        looks <= 2 * intervals + 8,
+        "{looks} empty claims over {intervals} poll intervals of an idle relay of 4 workers"
+    );
+    assert!(
+        looks >= intervals / 2,
+        "{looks} looks over {intervals} intervals: polls stopped"
+    );
+}
