@@ -204,36 +204,70 @@ impl CeleryWorker {
     /// as `app.app.tasks[name]`), e.g. to send tasks with celery's own client; returns its
     /// standard output. Bounded by 30 s.
     pub fn python(&self, script: &str) -> String {
-        let python = self.celery.parent().unwrap().join("python");
-        let path = self.dir.path().join("script.py");
-        std::fs::write(&path, script).unwrap();
-        let mut child = Command::new(python)
-            .arg(&path)
-            .current_dir(self.dir.path())
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("celery's python starts");
-        let start = Instant::now();
-        while child.try_wait().unwrap().is_none() {
-            if start.elapsed() > Duration::from_secs(30) {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("python script still running after 30 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "python script failed: {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        run_python(&self.celery, self.dir.path(), &self.env, script)
     }
+}
+
+/// Runs `script` (Python) with celery's interpreter, celery importable, no worker; returns its
+/// standard output. Bounded by 30 s.
+pub fn python(script: &str) -> String {
+    let dir = tempfile::Builder::new()
+        .prefix("jobrelay-celery-")
+        .tempdir()
+        .unwrap();
+    run_python(&celery_bin(), dir.path(), &[], script)
+}
+
+/// Runs `script` with the python beside `celery`, in `dir`, with `env`.
+fn run_python(
+    celery: &std::path::Path,
+    dir: &std::path::Path,
+    env: &[(&'static str, String)],
+    script: &str,
+) -> String {
+    let python = celery.parent().unwrap().join("python");
+    let path = dir.join("script.py");
+    std::fs::write(&path, script).unwrap();
+    let mut child = Command::new(python)
+        .arg(&path)
+        .current_dir(dir)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("celery's python starts");
+    // Read while it runs: output beyond a pipe's buffer would stall it.
+    let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("python script still running after 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
+    assert!(
+        status.success(),
+        "python script failed: {status}\n{}",
+        String::from_utf8_lossy(&stderr)
+    );
+    String::from_utf8(stdout).unwrap()
 }
 
 impl Drop for CeleryWorker {
