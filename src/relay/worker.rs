@@ -132,10 +132,6 @@ pub(crate) async fn work<S: JobSink>(
                             _ = shutdown.cancelled() => break 'work,
                             _ = tokio::time::sleep(idle_wait) => {}
                         }
-                    } else if !activity.answer(*wake.borrow_and_update()) {
-                        // Another worker of the relay answers this wake-up
-                        // ([`Activity::answer`]).
-                        continue;
                     }
                 }
             }

@@ -80,8 +80,6 @@ pub struct Activity {
     waiting_began: Notify,
     /// Milliseconds since `base` of the relay's last idle poll, plus one (0: never).
     idle_polled: AtomicU64,
-    /// The latest wake-up (a generation of the relay's wake channel) a worker answered.
-    answered: AtomicU64,
 }
 
 impl Default for Activity {
@@ -93,7 +91,6 @@ impl Default for Activity {
             waiting: AtomicUsize::new(0),
             waiting_began: Notify::new(),
             idle_polled: AtomicU64::new(0),
-            answered: AtomicU64::new(0),
         }
     }
 }
@@ -137,18 +134,6 @@ impl Activity {
         self.idle_polled
             .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
-    }
-
-    /// A waiting worker was woken by wake-up `generation` (a notification, or the wake-up
-    /// lock's poll): whether it is the one to look for rows. One worker of the relay answers
-    /// each wake-up; the others go back to waiting. At a notification every idle worker used to
-    /// claim, each a transaction, and in a fleet of 24 relays all but the two that got a claim
-    /// slot did so in vain, while the one with the row waited for their transactions. A
-    /// worker that answered and finds a full batch goes on at once; the relay's other workers
-    /// join at the next wake-up: the next notification, or (while the relay holds the wake-up
-    /// lock) its poll within a millisecond.
-    pub fn answer(&self, generation: u64) -> bool {
-        self.answered.fetch_max(generation, Ordering::AcqRel) < generation
     }
 
     /// Whether a worker waits for a wake-up.
