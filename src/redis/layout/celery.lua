@@ -22,11 +22,7 @@ local markers = {}
 local seen = {}
 local result = {}
 
-local marker_of = {}
-for i = 0, n - 1 do
-  marker_of[i + 1] = KEYS[2 * i + 1]
-end
-local some_exist = any_exists(marker_of, n)
+local some_exist = any_marker_exists(n)
 
 for i = 0, n - 1 do
   local marker, queue_key, message = KEYS[2 * i + 1], KEYS[2 * i + 2], ARGV[3 + i]

@@ -80,11 +80,16 @@ local function flush(zset_key)
   if #zset > 0 then variadic('ZADD', zset_key, zset) end
 end
 
--- Dedup, fast path: one variadic EXISTS over the first n keys. Almost always none exists, and
+-- Dedup, fast path: one variadic EXISTS over the markers of the call's n jobs (KEYS[1], KEYS[3],
+-- ...: every layout passes each job's marker, then its queue). Almost always none exists, and
 -- the per-job EXISTS is skipped; otherwise each job is checked on its own.
-local function any_exists(keys, n)
+local function any_marker_exists(n)
+  local markers = {}
+  for i = 0, n - 1 do
+    markers[i + 1] = KEYS[2 * i + 1]
+  end
   for s = 1, n, CHUNK do
-    if redis.call('EXISTS', unpack(keys, s, math.min(s + CHUNK - 1, n))) > 0 then
+    if redis.call('EXISTS', unpack(markers, s, math.min(s + CHUNK - 1, n))) > 0 then
       return true
     end
   end

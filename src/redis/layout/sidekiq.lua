@@ -42,11 +42,7 @@ local result = {}
 -- The names of the queues pushed to, once each, for SADD <ns>queues.
 local pushed, names = {}, {}
 
-local marker_of = {}
-for i = 0, n - 1 do
-  marker_of[i + 1] = KEYS[2 * i + 1]
-end
-local some_exist = any_exists(marker_of, n)
+local some_exist = any_marker_exists(n)
 
 for i = 0, n - 1 do
   local b = 2 + i * FIELDS
