@@ -111,8 +111,8 @@ pub(crate) async fn work<S: JobSink>(
             }
         };
         // Between batches, a worker that can be woken tells the wake-up lock's poll it waits.
-        let _waiting = (backoff.failures() == 0).then(|| activity.waiting());
         let idle = backoff.failures() == 0;
+        let _waiting = idle.then(|| activity.waiting());
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break 'work,
@@ -124,8 +124,8 @@ pub(crate) async fn work<S: JobSink>(
                 }
                 // The probe saw a dependency come back: no need to sit out the rest of the
                 // backoff.
-                _ = recovered.changed(), if backoff.failures() > 0 => {}
-                changed = wake.changed(), if backoff.failures() == 0 => {
+                _ = recovered.changed(), if !idle => {}
+                changed = wake.changed(), if idle => {
                     if changed.is_err() {
                         // No listener any more: fall back to polling, every worker.
                         tokio::select! {
