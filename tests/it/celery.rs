@@ -7,12 +7,10 @@
 //! starts one worker (Celery starts slowly) and checks everything against it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::common::celery::{CeleryWorker, Run};
-use crate::common::child::RelayChild;
-use crate::common::http::{http_get, status_of};
+use crate::common::http_relay::HttpRelay;
 use crate::common::redis_server::RedisServer;
 use crate::common::*;
 use base64::Engine as _;
@@ -28,52 +26,6 @@ const QUEUES: [&str; 4] = ["a", "b", "c", "d"];
 /// The task every job names, and the one of the SQL example in docs/layouts.md.
 const TASK: &str = "jobs.record";
 const DOC_TASK: &str = "app.tasks.send_welcome";
-
-/// A relay daemon in the celery layout: HTTP on a free port (for /metrics), logs in a file.
-struct Relay {
-    _child: RelayChild,
-    port: u16,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Relay {
-    async fn start(pool: &PgPool, redis_url: &str, namespace: &str) -> Relay {
-        let db = database_url_of(pool).await;
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("relay.log");
-        let port = free_port();
-        let addr = format!("127.0.0.1:{port}");
-        let args = ["--layout", "celery", "--http-addr", &addr];
-        let child = RelayChild::start_logged(&db, redis_url, namespace, &args, &log, "info");
-        let r = Relay {
-            _child: child,
-            port,
-            log,
-            _dir: dir,
-        };
-        let start = Instant::now();
-        while status_of(r.port, "/readyz").await != 200 {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "relay not ready after 30 s; logs:\n{}",
-                std::fs::read_to_string(&r.log).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        r
-    }
-
-    /// `jobrelay_jobs_relayed_total{outcome=...}`.
-    async fn count(&self, outcome: &str) -> f64 {
-        let (status, body) = http_get(self.port, "/metrics").await.expect("GET /metrics");
-        assert_eq!(status, 200, "{body}");
-        let series = format!("jobrelay_jobs_relayed_total{{outcome=\"{outcome}\"}} ");
-        body.lines()
-            .find_map(|l| l.strip_prefix(series.as_str()))
-            .map_or(0.0, |v| v.trim().parse().unwrap())
-    }
-}
 
 /// One row to insert.
 struct Row {
@@ -192,7 +144,7 @@ fn epoch(t: DateTime<Utc>) -> f64 {
 async fn a_celery_worker_runs_relayed_jobs_exactly_once(pool: PgPool) {
     let redis = RedisServer::start();
     let url = redis.url();
-    let relay = Relay::start(&pool, &url, "").await;
+    let relay = HttpRelay::start(&pool, &url, "", &["--layout", "celery"]).await;
 
     // The backlog, committed before the worker starts: 10 transactions of 100 jobs, the first
     // one opening with a flow row and a malformed row.
@@ -508,7 +460,7 @@ async fn the_celery_layout_refuses_a_cluster_url() {
 #[sqlx::test]
 async fn a_row_not_yet_due_does_not_keep_the_workers_claiming(pool: PgPool) {
     let ns = Namespace::new();
-    let relay = Relay::start(&pool, &ns.url, &ns.prefix).await;
+    let relay = HttpRelay::start(&pool, &ns.url, &ns.prefix, &["--layout", "celery"]).await;
     let now = Row::new("a", "[1]".into());
     let later = Row {
         run_at: Some(Utc::now() + chrono::Duration::seconds(30)),

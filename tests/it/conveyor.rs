@@ -8,13 +8,11 @@
 //! free port, so that the tests can read their `/metrics`.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::common::child::RelayChild;
 use crate::common::conveyor::{Conveyor, Hook, Run, Workers};
-use crate::common::http::{http_get, status_of};
+use crate::common::http_relay::HttpRelay;
 use crate::common::*;
 use chrono::{DateTime, Utc};
 use jobrelay::proto::wire;
@@ -164,94 +162,25 @@ fn by_uuid(runs: &[Run]) -> HashMap<&str, Vec<&Run>> {
     map
 }
 
-/// A relay daemon in the conveyor layout: HTTP on a free port, JSON logs in a file.
-struct Relay {
-    _child: RelayChild,
-    port: u16,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
+/// A relay in the conveyor layout (`args` after `--layout conveyor`), not waited for.
+async fn spawn_relay(pool: &PgPool, ns: &Namespace, args: &[&str]) -> HttpRelay {
+    let mut all = vec!["--layout", "conveyor"];
+    all.extend_from_slice(args);
+    HttpRelay::spawn(pool, &ns.url, &ns.prefix, &all).await
 }
 
-impl Relay {
-    /// Starts `jobrelay --layout conveyor args` (without waiting for it to be ready).
-    async fn spawn(pool: &PgPool, ns: &Namespace, args: &[&str]) -> Relay {
-        let db = database_url_of(pool).await;
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("relay.log");
-        let port = free_port();
-        let addr = format!("127.0.0.1:{port}");
-        let mut all = vec!["--layout", "conveyor", "--http-addr", &addr];
-        all.extend_from_slice(args);
-        let child = RelayChild::start_logged(&db, &ns.url, &ns.prefix, &all, &log, "info");
-        Relay {
-            _child: child,
-            port,
-            log,
-            _dir: dir,
-        }
-    }
-
-    /// Starts one and waits until it answers /readyz.
-    async fn start(pool: &PgPool, ns: &Namespace, args: &[&str]) -> Relay {
-        let r = Relay::spawn(pool, ns, args).await;
-        r.ready().await;
-        r
-    }
-
-    async fn ready(&self) {
-        let start = Instant::now();
-        while status_of(self.port, "/readyz").await != 200 {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "relay not ready after 30 s; logs:\n{}",
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Jobs counted with `outcome` (the largest of the `jobrelay_jobs*{outcome=..}` counters,
-    /// whatever the counter's name; 0 when none has the label).
-    async fn count(&self, outcome: &str) -> f64 {
-        let (status, body) = http_get(self.port, "/metrics").await.expect("GET /metrics");
-        assert_eq!(status, 200, "{body}");
-        let label = format!("{{outcome=\"{outcome}\"}}");
-        let mut per_name: HashMap<&str, f64> = HashMap::new();
-        for line in body.lines().filter(|l| l.starts_with("jobrelay_jobs")) {
-            if let Some((series, value)) = line.rsplit_once(' ') {
-                if let Some(name) = series.strip_suffix(label.as_str()) {
-                    *per_name.entry(name).or_default() += value.parse::<f64>().unwrap();
-                }
-            }
-        }
-        per_name.into_values().fold(0.0, f64::max)
-    }
-
-    /// WARN log lines whose message contains `word`.
-    fn warnings(&self, word: &str) -> Vec<String> {
-        self.logs()
-            .lines()
-            .filter(|l| {
-                let v: serde_json::Value = serde_json::from_str(l).unwrap_or_default();
-                v["level"]
-                    .as_str()
-                    .is_some_and(|s| s.eq_ignore_ascii_case("warn"))
-                    && v["message"].as_str().is_some_and(|m| m.contains(word))
-            })
-            .map(str::to_owned)
-            .collect()
-    }
+/// The same, once it answers /readyz.
+async fn start_relay(pool: &PgPool, ns: &Namespace, args: &[&str]) -> HttpRelay {
+    let r = spawn_relay(pool, ns, args).await;
+    r.ready().await;
+    r
 }
 
 /// Two relays on the same table and namespace, batch sizes 2 and 3, two workers each; both
 /// started before either is waited for, so that they compete from the start.
-async fn two_relays(pool: &PgPool, ns: &Namespace) -> [Relay; 2] {
-    let a = Relay::spawn(pool, ns, &["--batch-size", "2", "--workers", "2"]).await;
-    let b = Relay::spawn(pool, ns, &["--batch-size", "3", "--workers", "2"]).await;
+async fn two_relays(pool: &PgPool, ns: &Namespace) -> [HttpRelay; 2] {
+    let a = spawn_relay(pool, ns, &["--batch-size", "2", "--workers", "2"]).await;
+    let b = spawn_relay(pool, ns, &["--batch-size", "3", "--workers", "2"]).await;
     a.ready().await;
     b.ready().await;
     [a, b]
@@ -383,7 +312,13 @@ fn check_flows(flows: &[Flow], w: &Workers) {
 }
 
 /// The end of a flow test: everything ran in order, nothing was late, nothing is left.
-async fn finish_flows(pool: &PgPool, ns: &Namespace, w: Workers, relays: &[Relay], flows: &[Flow]) {
+async fn finish_flows(
+    pool: &PgPool,
+    ns: &Namespace,
+    w: Workers,
+    relays: &[HttpRelay],
+    flows: &[Flow],
+) {
     settle(&w, job_count(flows), ns, pool).await;
     wait_until("every row deleted", Duration::from_secs(30), || async {
         pending_count(pool).await == 0
@@ -558,7 +493,7 @@ async fn relayed_jobs_are_conveyor_wire_jobs_field_for_field(pool: PgPool) {
         insert(&mut *tx, j).await;
     }
     tx.commit().await.unwrap();
-    let _relay = Relay::start(&pool, &ns, &["--batch-size", "2"]).await;
+    let _relay = start_relay(&pool, &ns, &["--batch-size", "2"]).await;
     wait_until("rows relayed", Duration::from_secs(30), || async {
         pending_count(&pool).await == 0
     })
@@ -614,7 +549,7 @@ async fn flows_committed_while_relays_run_run_once_in_order(pool: PgPool) {
 async fn a_delayed_job_runs_after_the_consumer_promotes_it(pool: PgPool) {
     let ns = Namespace::new();
     let w = Workers::start(&ns.url, &ns.prefix, &["delayed.Q"], 1, None).await;
-    let _relay = Relay::start(&pool, &ns, &[]).await;
+    let _relay = start_relay(&pool, &ns, &[]).await;
     let run_at = at(2);
     let later = wire::Job {
         run_at: Some(ts(run_at)),
@@ -650,7 +585,7 @@ async fn a_delayed_job_runs_after_the_consumer_promotes_it(pool: PgPool) {
 async fn a_row_replayed_after_its_job_closed_is_a_duplicate(pool: PgPool) {
     let ns = Namespace::new();
     let w = Workers::start(&ns.url, &ns.prefix, &["replay.Q"], 1, None).await;
-    let relay = Relay::start(&pool, &ns, &[]).await;
+    let relay = start_relay(&pool, &ns, &[]).await;
     let once_only = job("replay.Q", "example.Once", PAYLOAD);
     insert(&pool, &once_only).await;
     settle(&w, 1, &ns, &pool).await;
@@ -676,7 +611,7 @@ async fn a_row_replayed_after_its_job_closed_is_a_duplicate(pool: PgPool) {
 async fn a_child_and_an_heir_of_a_finished_parent_run_as_jobs_of_their_own(pool: PgPool) {
     let ns = Namespace::new();
     let w = Workers::start(&ns.url, &ns.prefix, &["late.Q"], 2, None).await;
-    let relay = Relay::start(&pool, &ns, &[]).await;
+    let relay = start_relay(&pool, &ns, &[]).await;
     let parent = job("late.Q", "example.Parent", b"p");
     insert(&pool, &parent).await;
     settle(&w, 1, &ns, &pool).await;
@@ -759,7 +694,7 @@ async fn a_child_committed_by_its_running_parent_runs_exactly_once(pool: PgPool)
     };
     let queues = ["race.Parent", "race.Child"];
     let w = Workers::start(&ns.url, &ns.prefix, &queues, 2, Some(hook)).await;
-    let relay = Relay::start(&pool, &ns, &[]).await;
+    let relay = start_relay(&pool, &ns, &[]).await;
     for p in &parents {
         insert(&pool, p).await;
     }

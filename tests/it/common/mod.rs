@@ -10,6 +10,7 @@ pub mod child;
 pub mod cluster;
 pub mod conveyor;
 pub mod http;
+pub mod http_relay;
 pub mod layouts;
 pub mod pg_server;
 pub mod pgbouncer;
