@@ -6,6 +6,7 @@
 //! checked (dedup marker, key types) before anything is written, so a job the script refuses
 //! leaves no trace and its retry is not mistaken for a duplicate.
 
+mod call;
 mod outcome;
 
 use std::time::Duration;
@@ -13,6 +14,7 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::Value;
 
+use self::call::Call;
 pub use self::outcome::Outcome;
 use crate::error::{Error, Result};
 use crate::job::Job;
@@ -187,7 +189,7 @@ impl Enqueuer {
         let mut sent: Vec<usize> = Vec::with_capacity(jobs.len().min(MAX_JOBS_PER_CALL));
         let mut call_bytes = 0;
         let mut acknowledged = false;
-        let mut invocation = self.new_invocation();
+        let mut call = self.new_call();
         let mut buf = Vec::new();
         // The key and route arguments are built in this one buffer, which the invocation
         // copies from: no `String` of its own for each key or route.
@@ -203,27 +205,26 @@ impl Enqueuer {
             if !sent.is_empty()
                 && (sent.len() == MAX_JOBS_PER_CALL || call_bytes + size > self.max_call_bytes)
             {
-                let call = self
-                    .call_until(con, &invocation, &sent, jobs, &mut results, deadline)
+                let answer = self
+                    .call_until(con, &call, &sent, jobs, &mut results, deadline)
                     .await;
-                if let Err(e) = call {
+                if let Err(e) = answer {
                     return unacknowledged_from(e, acknowledged, &sent, jobs, results);
                 }
                 acknowledged = true;
                 sent.clear();
                 call_bytes = 0;
-                invocation = self.new_invocation();
+                call = self.new_call();
             }
-            self.layout
-                .push_args(&mut invocation, &self.namespace, job, &buf, &mut scratch);
+            call.push(job, &buf, &mut scratch);
             sent.push(i);
             call_bytes += size;
         }
         if !sent.is_empty() {
-            let call = self
-                .call_until(con, &invocation, &sent, jobs, &mut results, deadline)
+            let answer = self
+                .call_until(con, &call, &sent, jobs, &mut results, deadline)
                 .await;
-            if let Err(e) = call {
+            if let Err(e) = answer {
                 return unacknowledged_from(e, acknowledged, &sent, jobs, results);
             }
         }
@@ -267,22 +268,25 @@ impl Enqueuer {
         Ok(())
     }
 
-    fn new_invocation(&self) -> redis::ScriptInvocation<'_> {
-        let mut inv = self.script.prepare_invoke();
-        inv.arg(&self.namespace).arg(self.dedup_ttl_ms);
-        inv
+    fn new_call(&self) -> Call<'_> {
+        Call::new(
+            self.layout,
+            &self.script,
+            &self.namespace,
+            self.dedup_ttl_ms,
+        )
     }
 
     async fn call_until<C: ConnectionLike + Send>(
         &self,
         con: &mut C,
-        inv: &redis::ScriptInvocation<'_>,
+        call: &Call<'_>,
         sent: &[usize],
         jobs: &[Job],
         results: &mut [Option<JobResult>],
         deadline: Option<(tokio::time::Instant, Duration)>,
     ) -> Result<()> {
-        let call = self.call(con, inv, sent, jobs, results);
+        let call = self.call(con, call, sent, jobs, results);
         match deadline {
             None => call.await,
             Some((at, after)) => {
@@ -299,12 +303,12 @@ impl Enqueuer {
     async fn call<C: ConnectionLike + Send>(
         &self,
         con: &mut C,
-        inv: &redis::ScriptInvocation<'_>,
+        call: &Call<'_>,
         sent: &[usize],
         jobs: &[Job],
         results: &mut [Option<JobResult>],
     ) -> Result<()> {
-        let reply: Vec<Value> = inv.invoke_async(con).await?;
+        let reply = call.send(con).await?;
         if reply.len() != sent.len() {
             return Err(Error::Redis(redis::RedisError::from((
                 redis::ErrorKind::TypeError,

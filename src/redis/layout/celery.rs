@@ -51,9 +51,9 @@ pub(super) struct Celery;
 /// The marker key's infix: `<ns>jobrelay:celery:<uuid>`.
 const MARKER_INFIX: &str = "jobrelay:celery:";
 
-/// What one job adds to a script call besides its message, the namespace (twice) and its queue
-/// name: the marker key's infix and uuid (52) and the framing of three bulk strings (5 each plus
-/// the digits of their lengths, at most 3, 3 and 10): 83.
+/// What one job adds to a call besides its message, the namespace (twice) and its queue name:
+/// the marker key's infix and uuid (52) and the framing of three bulk strings (5 each plus the
+/// digits of their lengths, at most 3, 3 and 10): 83.
 const ARGS_OVERHEAD: usize = 96;
 
 /// `origin` of every message (celery's client writes its node name, `gen<pid>@<host>`).
@@ -296,18 +296,24 @@ impl Layout for Celery {
         Celery::envelope(job, delivery_tag(), buf)
     }
 
-    /// Two keys, the marker key `<ns>jobrelay:celery:<uuid>` and the queue's list `<ns><queue>`,
-    /// and one argument: the message.
+    /// The script's arguments: two keys, the marker key `<ns>jobrelay:celery:<uuid>` and the
+    /// queue's list `<ns><queue>`. The message itself goes by `LPUSH`
+    /// ([`Layout::lpushes_messages`]).
     fn push_args(
         &self,
         inv: &mut redis::ScriptInvocation<'_>,
         namespace: &str,
         job: &Job,
-        encoded: &[u8],
+        _encoded: &[u8],
         key: &mut String,
     ) {
         push_keys(self, inv, namespace, job, key);
-        inv.arg(encoded);
+    }
+
+    /// Messages go by a native `LPUSH` in the call's transaction; the script settles markers
+    /// and duplicates over the keys alone (celery.lua).
+    fn lpushes_messages(&self) -> bool {
+        true
     }
 
     fn args_overhead(&self, namespace: &str, job: &Job, _encoded_len: usize) -> usize {

@@ -174,6 +174,17 @@ pub trait Layout: Send + Sync + fmt::Debug {
         false
     }
 
+    /// Whether each job's message reaches its queue's list by a native `LPUSH` instead of as a
+    /// script argument: the call is then a `MULTI`/`EXEC` transaction of one `LPUSH` per list
+    /// and the script (`EVAL`), which gets only each job's two keys and `ARGV[1]`, `ARGV[2]`,
+    /// finds job i's message at its place among the ones just pushed, writes the markers of
+    /// the new jobs and takes the messages of the others back out ([`Layout::push_args`] is
+    /// then not used). Redis copies and hashes every byte of a script argument; a native
+    /// push does not (docs/layouts.md#how-the-celery-layout-pushes).
+    fn lpushes_messages(&self) -> bool {
+        false
+    }
+
     /// A script the relay runs every second or so, if the layout needs housekeeping. It gets
     /// `ARGV[1]` = the namespace, `ARGV[2]` = a grace period in milliseconds, `ARGV[3]` = a
     /// limit on the work of one call, `ARGV[4]` = the marker TTL in milliseconds, and answers how many jobs it relayed as late jobs
@@ -205,6 +216,18 @@ pub(crate) fn push_keys(
     key.push_str(&job.queue);
     inv.key(&*key);
     key.clear();
+}
+
+/// Appends a job's two keys to `out`: its marker key, then its queue key, as `layout` names
+/// them (what [`push_keys`] declares).
+pub(crate) fn job_keys(layout: &dyn Layout, namespace: &str, job: &Job, out: &mut String) {
+    let mut uuid = Uuid::encode_buffer();
+    out.push_str(namespace);
+    out.push_str(layout.marker_infix());
+    out.push_str(job.uuid.hyphenated().encode_lower(&mut uuid));
+    out.push_str(namespace);
+    out.push_str(layout.queue_infix());
+    out.push_str(&job.queue);
 }
 
 /// `u` lower-case hyphenated into `buf`, or `""`.

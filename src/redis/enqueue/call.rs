@@ -1,0 +1,173 @@
+//! One atomic call to Redis for a chunk of jobs, in the form the layout chooses
+//! ([`Layout::lpushes_messages`]):
+//!
+//! - a script call: the layout's script with every job's keys and message as its arguments
+//!   (`EVALSHA`, loaded again on `NOSCRIPT`);
+//! - a transaction: `MULTI`, one native `LPUSH` of the messages per queue list, the layout's
+//!   script over the jobs' keys only (`EVAL`), `EXEC`. The script settles what the pushes did:
+//!   it writes the markers of the new jobs and takes the messages of duplicates and refused
+//!   jobs back out of the lists (docs/layouts.md#how-the-celery-layout-pushes). A message
+//!   then never passes through Lua, which copies and hashes every byte of a script argument.
+//!
+//! Either way the call is atomic: no other client sees the lists between the pushes and the
+//! script, and a call that failed before `EXEC` ran (Redis unreachable, `READONLY` or `OOM`
+//! when a command was queued, the connection lost) wrote nothing.
+
+use std::collections::HashMap;
+
+use redis::aio::ConnectionLike;
+use redis::Value;
+
+use crate::error::{Error, Result};
+use crate::job::Job;
+use crate::redis::layout::{job_keys, Layout};
+
+/// One call being filled with jobs.
+pub(super) struct Call<'a> {
+    layout: &'a dyn Layout,
+    namespace: &'a str,
+    form: Form<'a>,
+}
+
+enum Form<'a> {
+    Script(redis::ScriptInvocation<'a>),
+    Transaction(Transaction),
+}
+
+/// The jobs of a transaction call: each one's marker and queue keys, and its message.
+#[derive(Default)]
+struct Transaction {
+    ttl_ms: u64,
+    /// Every job's marker key then queue key, back to back; `key_ends[2i]` and
+    /// `key_ends[2i + 1]` end job i's.
+    keys: String,
+    key_ends: Vec<usize>,
+    /// The messages back to back; `message_ends[i]` ends job i's.
+    messages: Vec<u8>,
+    message_ends: Vec<usize>,
+}
+
+impl<'a> Call<'a> {
+    /// An empty call of `layout`'s form, whose script gets `namespace` and the marker TTL as
+    /// `ARGV[1]` and `ARGV[2]`.
+    pub(super) fn new(
+        layout: &'a dyn Layout,
+        script: &'a redis::Script,
+        namespace: &'a str,
+        ttl_ms: u64,
+    ) -> Call<'a> {
+        let form = if layout.lpushes_messages() {
+            Form::Transaction(Transaction {
+                ttl_ms,
+                ..Transaction::default()
+            })
+        } else {
+            let mut inv = script.prepare_invoke();
+            inv.arg(namespace).arg(ttl_ms);
+            Form::Script(inv)
+        };
+        Call {
+            layout,
+            namespace,
+            form,
+        }
+    }
+
+    /// Adds `job`, whose wire encoding is `encoded`; `scratch` is a reusable buffer.
+    pub(super) fn push(&mut self, job: &Job, encoded: &[u8], scratch: &mut String) {
+        match &mut self.form {
+            Form::Script(inv) => self
+                .layout
+                .push_args(inv, self.namespace, job, encoded, scratch),
+            Form::Transaction(tx) => {
+                let start = tx.keys.len();
+                job_keys(self.layout, self.namespace, job, &mut tx.keys);
+                let marker_end = start
+                    + self.namespace.len()
+                    + self.layout.marker_infix().len()
+                    + uuid::fmt::Hyphenated::LENGTH;
+                tx.key_ends.push(marker_end);
+                tx.key_ends.push(tx.keys.len());
+                tx.messages.extend_from_slice(encoded);
+                tx.message_ends.push(tx.messages.len());
+            }
+        }
+    }
+
+    /// Sends the call: the script's answer, one element per job.
+    pub(super) async fn send<C: ConnectionLike + Send>(&self, con: &mut C) -> Result<Vec<Value>> {
+        match &self.form {
+            Form::Script(inv) => Ok(inv.invoke_async(con).await?),
+            Form::Transaction(tx) => tx.send(con, self.layout.script(), self.namespace).await,
+        }
+    }
+}
+
+impl Transaction {
+    fn key(&self, k: usize) -> &str {
+        let start = if k == 0 { 0 } else { self.key_ends[k - 1] };
+        &self.keys[start..self.key_ends[k]]
+    }
+
+    fn message(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.message_ends[i - 1] };
+        &self.messages[start..self.message_ends[i]]
+    }
+
+    async fn send<C: ConnectionLike + Send>(
+        &self,
+        con: &mut C,
+        source: &str,
+        namespace: &str,
+    ) -> Result<Vec<Value>> {
+        let jobs = self.message_ends.len();
+        // One LPUSH per queue list, lists in the order their first job came, each list's
+        // messages in job order: the script finds job i's message by that order.
+        let mut lists: Vec<(&str, Vec<usize>)> = Vec::new();
+        let mut list_of: HashMap<&str, usize> = HashMap::new();
+        for i in 0..jobs {
+            let queue = self.key(2 * i + 1);
+            let l = *list_of.entry(queue).or_insert_with(|| {
+                lists.push((queue, Vec::new()));
+                lists.len() - 1
+            });
+            lists[l].1.push(i);
+        }
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for (queue, members) in &lists {
+            let lpush = pipe.cmd("LPUSH").arg(*queue);
+            for &i in members {
+                lpush.arg(self.message(i));
+            }
+        }
+        // EVAL, not EVALSHA: a script missing from Redis' cache (a restart, a failover) would
+        // fail inside EXEC after the pushes ran, leaving messages without their markers.
+        let eval = pipe.cmd("EVAL").arg(source).arg(2 * jobs);
+        for k in 0..2 * jobs {
+            eval.arg(self.key(k));
+        }
+        eval.arg(namespace).arg(self.ttl_ms);
+        // EXEC's answer comes after MULTI's OK and each command's QUEUED.
+        let mut reply = con.req_packed_commands(&pipe, pipe.len() + 1, 1).await?;
+        let exec = match reply.pop() {
+            Some(Value::Array(results)) => results,
+            other => return Err(protocol(format!("EXEC answered {other:?}"))),
+        };
+        // The LPUSHes answer lengths, or WRONGTYPE for a list key holding another type (the
+        // script refuses those jobs); the script answers last.
+        match exec.into_iter().last() {
+            Some(Value::Array(answer)) => Ok(answer),
+            Some(Value::ServerError(e)) => Err(redis::RedisError::from(e).into()),
+            other => Err(protocol(format!("the settling script answered {other:?}"))),
+        }
+    }
+}
+
+fn protocol(detail: String) -> Error {
+    Error::Redis(redis::RedisError::from((
+        redis::ErrorKind::TypeError,
+        "unexpected reply to the enqueue transaction",
+        detail,
+    )))
+}
