@@ -38,6 +38,12 @@
 //! `jobrelay`); in the sidekiq and celery layouts every payload is a JSON array of the same size
 //! (the job's `args`).
 
+/// The daemon's allocator (src/main.rs), so that the relay measured here allocates as the
+/// binary's does.
+#[cfg(feature = "daemon")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[path = "cpu.rs"]
 mod cpu;
 // Also loaded by the other benchmark example when both are compiled into the tests.
