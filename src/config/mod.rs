@@ -193,15 +193,18 @@ impl Config {
                 } else {
                     Ok(s.to_owned())
                 }
-            })?;
+            })?
+            .unwrap_or_default();
         let layout = src
             .parse("layout", |s| s.parse::<crate::redis::layout::LayoutKind>())?
             .unwrap_or_default();
-        let namespace = match namespace {
-            Some(namespace) => namespace,
+        let namespace = if layout == crate::redis::layout::LayoutKind::Bullmq
+            && src.get("namespace").is_none()
+        {
             // BullMQ's default prefix, "bull", and the ':' it joins keys with.
-            None if layout == crate::redis::layout::LayoutKind::Bullmq => "bull:".to_owned(),
-            None => String::new(),
+            "bull:".to_owned()
+        } else {
+            namespace
         };
         if layout == crate::redis::layout::LayoutKind::Bullmq
             && (namespace.len() < 2 || !namespace.ends_with(':'))

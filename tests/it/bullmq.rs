@@ -218,7 +218,14 @@ async fn a_bullmq_worker_runs_relayed_jobs_exactly_once(pool: PgPool) {
     for q in &queues {
         let waiting = if *q == "emails" { 1 } else { 250 };
         assert_eq!(counts[q]["waiting"], json!(waiting), "{q}: {counts}");
-        for state in ["active", "delayed", "completed", "failed", "paused", "prioritized"] {
+        for state in [
+            "active",
+            "delayed",
+            "completed",
+            "failed",
+            "paused",
+            "prioritized",
+        ] {
             assert_eq!(counts[q][state], json!(0), "{q} {state}: {counts}");
         }
     }
@@ -291,7 +298,10 @@ async fn a_bullmq_worker_runs_relayed_jobs_exactly_once(pool: PgPool) {
         // (A worker promoting a delayed job sets its delay to 0: the script's test checks it.)
         assert_eq!(got[0].delay, 0.0);
         if let Some(at) = r.run_at {
-            assert!((got[0].timestamp as i64) < at.timestamp_millis(), "timestamp");
+            assert!(
+                (got[0].timestamp as i64) < at.timestamp_millis(),
+                "timestamp"
+            );
         }
     }
     let doc_runs: Vec<&Run> = runs.iter().filter(|r| r.queue == "emails").collect();
@@ -356,13 +366,21 @@ async fn a_bullmq_worker_runs_relayed_jobs_exactly_once(pool: PgPool) {
     for r in &rows {
         let id = r.uuid.to_string();
         for ev in ["added", "waiting", "completed"] {
-            assert_eq!(seen.get(&(r.queue, id.as_str(), ev)), Some(&1), "{ev} of {id}");
+            assert_eq!(
+                seen.get(&(r.queue, id.as_str(), ev)),
+                Some(&1),
+                "{ev} of {id}"
+            );
         }
     }
     for r in &delayed {
         let id = r.uuid.to_string();
         for ev in ["added", "delayed", "completed"] {
-            assert_eq!(seen.get(&(r.queue, id.as_str(), ev)), Some(&1), "{ev} of {id}");
+            assert_eq!(
+                seen.get(&(r.queue, id.as_str(), ev)),
+                Some(&1),
+                "{ev} of {id}"
+            );
         }
     }
 
@@ -454,7 +472,10 @@ async fn the_script_writes_what_queue_add_writes(_pool: PgPool) {
         .unwrap();
     let before = Utc::now().timestamp_millis();
     let results = enqueuer
-        .enqueue_batch(&mut acon, &[now_job.clone(), later_job.clone(), now_job.clone()])
+        .enqueue_batch(
+            &mut acon,
+            &[now_job.clone(), later_job.clone(), now_job.clone()],
+        )
         .await
         .unwrap();
     let after = Utc::now().timestamp_millis();
@@ -489,7 +510,10 @@ async fn the_script_writes_what_queue_add_writes(_pool: PgPool) {
                 "timestamp + delay = run_at (ms, rounded up)"
             );
             let opts: Value = serde_json::from_str(&mine["opts"]).unwrap();
-            assert_eq!(opts, json!({"jobId": job.uuid.to_string(), "delay": d, "attempts": 0}));
+            assert_eq!(
+                opts,
+                json!({"jobId": job.uuid.to_string(), "delay": d, "attempts": 0})
+            );
             let own_opts: Value = serde_json::from_str(&own["opts"]).unwrap();
             assert_eq!(
                 own_opts.as_object().unwrap().keys().collect::<Vec<_>>(),
@@ -588,7 +612,10 @@ async fn the_script_writes_what_queue_add_writes(_pool: PgPool) {
         .arg("x")
         .query(&mut con)
         .unwrap();
-    let bad = JobBuilder::new("bad", "send").payload("{}").build().unwrap();
+    let bad = JobBuilder::new("bad", "send")
+        .payload("{}")
+        .build()
+        .unwrap();
     match enqueuer.enqueue(&mut acon, &bad).await {
         Err(Error::Refused { message, .. }) => {
             assert!(
@@ -608,7 +635,10 @@ async fn the_script_writes_what_queue_add_writes(_pool: PgPool) {
 
     // A paused queue: the job waits without the workers' marker (BullMQ 6); a paused queue of
     // BullMQ 5 (its meta's version) gets it in its paused list.
-    for (q, version, list) in [("p6", "bullmq:6.7.0", "wait"), ("p5", "bullmq:5.60.0", "paused")] {
+    for (q, version, list) in [
+        ("p6", "bullmq:6.7.0", "wait"),
+        ("p5", "bullmq:5.60.0", "paused"),
+    ] {
         let _: () = redis::cmd("HSET")
             .arg(format!("{NS}{q}:meta"))
             .arg("paused")

@@ -201,7 +201,10 @@ mod tests {
         let mut buf = Vec::new();
         for (payload, why) in [("", "empty"), ("{", "not JSON"), ("[1] [2]", "not JSON")] {
             let e = BULLMQ.encode(&job(payload), &mut buf).unwrap_err();
-            assert!(e.0.contains(why) && e.0.contains("bullmq"), "{payload:?}: {e}");
+            assert!(
+                e.0.contains(why) && e.0.contains("bullmq"),
+                "{payload:?}: {e}"
+            );
         }
         let mut j = job("{}");
         j.payload = vec![b'"', 0xff, b'"'];
@@ -229,9 +232,18 @@ mod tests {
     fn run_at_rounds_up_to_the_millisecond() {
         let t = |s, ns| DateTime::from_timestamp(s, ns).unwrap();
         assert_eq!(epoch_ms_ceil(t(1_700_000_000, 0)), 1_700_000_000_000);
-        assert_eq!(epoch_ms_ceil(t(1_700_000_000, 5_000_000)), 1_700_000_000_005);
-        assert_eq!(epoch_ms_ceil(t(1_700_000_000, 5_000_001)), 1_700_000_000_006);
-        assert_eq!(epoch_ms_ceil(t(1_700_000_000, 999_999_000)), 1_700_000_001_000);
+        assert_eq!(
+            epoch_ms_ceil(t(1_700_000_000, 5_000_000)),
+            1_700_000_000_005
+        );
+        assert_eq!(
+            epoch_ms_ceil(t(1_700_000_000, 5_000_001)),
+            1_700_000_000_006
+        );
+        assert_eq!(
+            epoch_ms_ceil(t(1_700_000_000, 999_999_000)),
+            1_700_000_001_000
+        );
     }
 
     #[test]

@@ -189,9 +189,7 @@ impl BullmqWorker {
     pub fn events(&self) -> Vec<Event> {
         whole_lines(&self.events)
             .iter()
-            .map(|l| {
-                serde_json::from_str(l).unwrap_or_else(|e| panic!("an event line {l:?}: {e}"))
-            })
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("an event line {l:?}: {e}")))
             .collect()
     }
 
