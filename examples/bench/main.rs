@@ -114,7 +114,7 @@ pub struct Args {
     pub insert_seconds: f64,
     pub workers: usize,
     pub batch_size: usize,
-    /// `BENCH_LAYOUT`: the Redis layout (`jobrelay`, `conveyor`, `sidekiq` or `celery`).
+    /// `BENCH_LAYOUT`: the Redis layout (`jobrelay`, `conveyor`, `sidekiq`, `celery` or `bullmq`).
     pub layout: LayoutKind,
     /// `BENCH_BACKLOG_ROWS`: the backlog one worker drains in `backlog` (default 1,000,000).
     pub backlog_rows: usize,

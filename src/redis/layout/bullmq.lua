@@ -17,7 +17,7 @@
 -- name is the job's name (job_type) and data its JSON (the payload).
 --
 -- Per job, as Queue.add with opts {jobId: <uuid>}:
---   INCR <q>:id (BullMQ counts custom ids too)
+--   INCR <q>:id (BullMQ counts custom ids too; here one INCRBY per queue and call)
 --   HMSET <q>:<uuid> name data opts timestamp delay priority
 --   XADD <q>:events * event added jobId <uuid> name <name>        (storeJob: not trimmed)
 --   run_at later than Redis's TIME (ms):
@@ -41,6 +41,7 @@ local n = #KEYS / 2
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_s = string.format('%d', now)
 
 -- The keys of a queue besides its wait list, and the type each must have.
 local QUEUE_KEYS = {
@@ -70,25 +71,43 @@ end
 local markers = {}
 local seen = {}
 local result = {}
--- The accepted jobs, in order: {queue, id, job key, name, data, delay}.
-local accepted = {}
+-- The accepted jobs, in order: their positions (1-based), and by position their queue and delay.
+local accepted, queue_at, delays = {}, {}, {}
 
 local some_exist = any_marker_exists(n)
 
+-- Likewise the job hashes: one variadic EXISTS over every job's hash key (almost always none
+-- exists: BullMQ already holds a job of that id only if the relay's marker expired or the job was
+-- added by BullMQ's own client), and only if any does, each job's key is looked at on its own.
+local ids, bases, job_keys = {}, {}, {}
+for i = 1, n do
+  -- The marker key ends with the uuid (36 characters); the wait key with 'wait'.
+  local id, base = string.sub(KEYS[2 * i - 1], -36), string.sub(KEYS[2 * i], 1, -5)
+  ids[i], bases[i], job_keys[i] = id, base, base .. id
+end
+local some_jobs_exist = false
+for s = 1, n, CHUNK do
+  if redis.call('EXISTS', unpack(job_keys, s, math.min(s + CHUNK - 1, n))) > 0 then
+    some_jobs_exist = true
+    break
+  end
+end
+
 for i = 0, n - 1 do
   local b = 2 + i * FIELDS
-  local marker, wait = KEYS[2 * i + 1], KEYS[2 * i + 2]
-  local route, name, data = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
+  local marker = KEYS[2 * i + 1]
+  local route = ARGV[b + 1]
   if seen[marker] or (some_exist and redis.call('EXISTS', marker) == 1) then
     result[i + 1] = 5
   else
-    local q = queue_of(string.sub(wait, 1, -5))
+    local q = queue_of(bases[i + 1])
     if q.refusal then
       result[i + 1] = q.refusal
     else
-      local id = string.sub(marker, -36)
-      local job_key = q.base .. id
-      local have = type_of(job_key)
+      local id = ids[i + 1]
+      local job_key = job_keys[i + 1]
+      local have = 'none'
+      if some_jobs_exist then have = type_of(job_key) end
       if have == 'hash' then
         -- BullMQ's own job of this id: as its add, a duplicate that changes nothing.
         result[i + 1] = 5
@@ -96,7 +115,6 @@ for i = 0, n - 1 do
         result[i + 1] = 'WRONGTYPE key ' .. job_key .. ' holds a ' .. have .. ', not a hash'
       else
         seen[marker] = true
-        types[job_key] = 'hash'
         local delay = 0
         if route ~= '' then
           local at = tonumber(route)
@@ -110,7 +128,8 @@ for i = 0, n - 1 do
           queue_order[#queue_order + 1] = q
         end
         q.jobs = q.jobs + 1
-        accepted[#accepted + 1] = {q, id, job_key, name, data, delay}
+        accepted[#accepted + 1] = i + 1
+        queue_at[i + 1], delays[i + 1] = q, delay
         markers[#markers + 1] = marker
         markers[#markers + 1] = job_key
         result[i + 1] = delay > 0 and 2 or 1
@@ -122,13 +141,16 @@ end
 -- Per queue, what each of BullMQ's adds reads first: getOrSetMaxEvents and
 -- isQueuePausedOrMaxed (nothing in this call changes them).
 for _, q in ipairs(queue_order) do
+  -- The id counter: one INCR per job in BullMQ (custom ids too), one INCRBY of as many here.
+  redis.call('INCRBY', q.base .. 'id', q.jobs)
   local meta = q.base .. 'meta'
   local max_events = redis.call('HGET', meta, 'opts.maxLenEvents')
   if not max_events then
     max_events = 10000
     redis.call('HSET', meta, 'opts.maxLenEvents', max_events)
   end
-  q.max_events = max_events
+  q.max_events = tostring(max_events)
+  q.events = q.base .. 'events'
   local attrs = redis.call('HMGET', meta, 'paused', 'concurrency', 'version')
   q.target = q.base .. 'wait'
   if attrs[1] then
@@ -141,18 +163,21 @@ for _, q in ipairs(queue_order) do
   end
 end
 
-for _, job in ipairs(accepted) do
-  local q, id, job_key, name, data, delay = job[1], job[2], job[3], job[4], job[5], job[6]
-  local events = q.base .. 'events'
-  redis.call('INCR', q.base .. 'id')
-  local opts
+for _, j in ipairs(accepted) do
+  local q, id, job_key, delay = queue_at[j], ids[j], job_keys[j], delays[j]
+  -- Job j's arguments: ARGV[3 + FIELDS * (j - 1)] (route), then its name and data.
+  local name, data = ARGV[FIELDS * j + 1], ARGV[FIELDS * j + 2]
+  local events = q.events
   if delay > 0 then
-    opts = '{"jobId":"' .. id .. '","delay":' .. string.format('%d', delay) .. ',"attempts":0}'
+    local d = string.format('%d', delay)
+    redis.call('HMSET', job_key, 'name', name, 'data', data,
+      'opts', '{"jobId":"' .. id .. '","delay":' .. d .. ',"attempts":0}',
+      'timestamp', now_s, 'delay', d, 'priority', '0')
   else
-    opts = '{"jobId":"' .. id .. '","attempts":0}'
+    redis.call('HMSET', job_key, 'name', name, 'data', data,
+      'opts', '{"jobId":"' .. id .. '","attempts":0}',
+      'timestamp', now_s, 'delay', '0', 'priority', '0')
   end
-  redis.call('HMSET', job_key, 'name', name, 'data', data, 'opts', opts,
-    'timestamp', now, 'delay', delay, 'priority', 0)
   redis.call('XADD', events, '*', 'event', 'added', 'jobId', id, 'name', name)
   if delay > 0 then
     -- getDelayedScore: the due time's milliseconds times 0x1000, plus one per job already due
