@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::common::bullmq::{BullmqWorker, Run};
+use crate::common::cluster::Cluster;
 use crate::common::http_relay::HttpRelay;
 use crate::common::redis_server::RedisServer;
 use crate::common::*;
@@ -665,4 +666,48 @@ async fn the_script_writes_what_queue_add_writes(_pool: PgPool) {
             .unwrap();
         assert!(!marked, "no marker for paused {q}");
     }
+}
+
+/// On a Redis Cluster, with BullMQ's prefix in a hash tag (`{bull}`, the relay's namespace
+/// `{bull}:`): every key of the layout is in that one slot, and a BullMQ worker on ioredis's
+/// Cluster client runs the relayed jobs, a delayed one too, once each with their data.
+#[sqlx::test]
+async fn a_bullmq_worker_on_a_redis_cluster_runs_relayed_jobs(pool: PgPool) {
+    let cluster = Cluster::start().await;
+    let _relay = HttpRelay::start(&pool, &cluster.url(), "{bull}:", &["--layout", "bullmq"]).await;
+    let mut rows: Vec<Row> = (0..200)
+        .map(|i| Row::new(QUEUES[i % 4], payload(i)))
+        .collect();
+    rows.push(Row {
+        run_at: Some(Utc::now() + chrono::Duration::seconds(2)),
+        ..Row::new("a", "{\"delayed\":true}".into())
+    });
+    insert(&pool, &rows).await;
+    relayed(&pool, "the rows relayed").await;
+    let slot = cluster.slot_of("{bull}:a:wait").await;
+    for key in [
+        "{bull}:b:events",
+        "{bull}:c:meta",
+        "{bull}:d:id",
+        "{bull}:jobrelay:bullmq:x",
+    ] {
+        assert_eq!(cluster.slot_of(key).await, slot, "{key}");
+    }
+    let worker = BullmqWorker::start_on_cluster(cluster.nodes[0].port, "{bull}", &QUEUES);
+    let runs = worker.wait_runs(rows.len(), Duration::from_secs(30)).await;
+    let runs_by_id = by_id(&runs);
+    for r in &rows {
+        let got = runs_by_id
+            .get(r.uuid.to_string().as_str())
+            .unwrap_or_else(|| panic!("job {} did not run", r.uuid));
+        assert_eq!(got.len(), 1, "job {} ran {} times", r.uuid, got.len());
+        assert_eq!(got[0].data, r.payload);
+        if let Some(at) = r.run_at {
+            assert!(
+                got[0].at >= at.timestamp_micros() as f64 / 1e6,
+                "ran before run_at"
+            );
+        }
+    }
+    assert_eq!(runs.len(), rows.len());
 }

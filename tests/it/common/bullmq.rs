@@ -31,7 +31,13 @@ const DEFAULT_BULLMQ: &str = "/opt/jobrelay-bullmq";
 const WORKER: &str = r#"
 const fs = require('fs');
 const { Worker, QueueEvents } = require('bullmq');
-const connection = { host: '127.0.0.1', port: Number(process.env.JOBRELAY_TEST_PORT) };
+const { Cluster } = require('ioredis');
+const node = { host: '127.0.0.1', port: Number(process.env.JOBRELAY_TEST_PORT) };
+// On a Redis Cluster: ioredis's Cluster client, found from one node (BullMQ's prefix then has a
+// hash tag).
+const connection = process.env.JOBRELAY_TEST_CLUSTER
+  ? new Cluster([node], { redisOptions: { maxRetriesPerRequest: null } })
+  : node;
 const prefix = process.env.JOBRELAY_TEST_PREFIX;
 const runs = process.env.JOBRELAY_TEST_RUNS;
 const events = process.env.JOBRELAY_TEST_EVENTS;
@@ -111,6 +117,16 @@ impl BullmqWorker {
     /// Starts workers for `queues` on the Redis at 127.0.0.1:`port` with BullMQ's `prefix`
     /// (the relay's `--namespace` without its last ':'); waits until they are ready (30 s).
     pub fn start(port: u16, prefix: &str, queues: &[&str]) -> BullmqWorker {
+        BullmqWorker::start_with(port, prefix, queues, false)
+    }
+
+    /// As [`BullmqWorker::start`], on the Redis Cluster that the node at `port` belongs to,
+    /// through ioredis's `Cluster` client.
+    pub fn start_on_cluster(port: u16, prefix: &str, queues: &[&str]) -> BullmqWorker {
+        BullmqWorker::start_with(port, prefix, queues, true)
+    }
+
+    fn start_with(port: u16, prefix: &str, queues: &[&str], cluster: bool) -> BullmqWorker {
         let dir = tempfile::Builder::new()
             .prefix("jobrelay-bullmq-")
             .tempdir()
@@ -121,7 +137,7 @@ impl BullmqWorker {
         let events = dir.path().join("events.jsonl");
         std::fs::write(&runs, "").unwrap();
         std::fs::write(&events, "").unwrap();
-        let env = vec![
+        let mut env = vec![
             ("JOBRELAY_TEST_PORT", port.to_string()),
             ("JOBRELAY_TEST_PREFIX", prefix.to_owned()),
             ("JOBRELAY_TEST_QUEUES", queues.join(",")),
@@ -132,6 +148,9 @@ impl BullmqWorker {
                 bullmq_dir().join("node_modules").display().to_string(),
             ),
         ];
+        if cluster {
+            env.push(("JOBRELAY_TEST_CLUSTER", "1".to_owned()));
+        }
         let out = std::fs::File::create(&log).unwrap();
         let child = Command::new("node")
             .arg(dir.path().join("worker.js"))
