@@ -628,6 +628,24 @@ async fn the_script_writes_what_queue_add_writes(_pool: PgPool) {
     }
     let keys: Vec<String> = redis::cmd("KEYS").arg("*bad*").query(&mut con).unwrap();
     assert_eq!(keys, vec![format!("{NS}bad:events")], "nothing written");
+    // So does an id counter that is not an integer (INCRBY would fail mid-call).
+    let _: () = redis::cmd("SET")
+        .arg(format!("{NS}badid:id"))
+        .arg("x1")
+        .query(&mut con)
+        .unwrap();
+    let bad = JobBuilder::new("badid", "send")
+        .payload("{}")
+        .build()
+        .unwrap();
+    match enqueuer.enqueue(&mut acon, &bad).await {
+        Err(Error::Refused { message, .. }) => {
+            assert!(message.contains("not an integer"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*badid*").query(&mut con).unwrap();
+    assert_eq!(keys, vec![format!("{NS}badid:id")], "nothing written");
     let marker_exists: bool = redis::cmd("EXISTS")
         .arg(format!("{NS}jobrelay:bullmq:{}", bad.uuid))
         .query(&mut con)

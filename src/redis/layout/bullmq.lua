@@ -64,6 +64,14 @@ local function queue_of(base)
       break
     end
   end
+  if not q.refusal and type_of(base .. 'id') == 'string' then
+    -- INCRBY would fail on another string, after other writes of the call.
+    local id = redis.call('GET', base .. 'id')
+    if not string.find(id, '^%-?%d+$') then
+      q.refusal = 'key ' .. base .. 'id holds ' .. string.format('%q', string.sub(id, 1, 40)) ..
+        ', not an integer (BullMQ\'s job id counter)'
+    end
+  end
   queues[base] = q
   return q
 end
