@@ -74,11 +74,13 @@ pub struct Flags {
     /// Outbox table, `name` or `schema.name` [env: JOBRELAY_TABLE] [default: pending_jobs]
     #[arg(long, global = true, value_name = "TABLE")]
     pub table: Option<String>,
-    /// Prefix of every Redis key, e.g. `app1:` [env: JOBRELAY_NAMESPACE] [default: empty]
+    /// Prefix of every Redis key, e.g. `app1:` [env: JOBRELAY_NAMESPACE] [default: empty;
+    /// `bull:` with --layout bullmq]
     #[arg(long, global = true, value_name = "PREFIX")]
     pub namespace: Option<String>,
     /// Redis layout: `jobrelay`, `conveyor` for the Go job runner conveyor, `sidekiq` for the
-    /// Ruby job runner Sidekiq, or `celery` for Celery 5 on its Redis broker
+    /// Ruby job runner Sidekiq, `celery` for Celery 5 on its Redis broker, or `bullmq` for
+    /// the Node.js job runner BullMQ
     /// [env: JOBRELAY_LAYOUT] [default: jobrelay]
     #[arg(long, global = true, value_name = "LAYOUT")]
     pub layout: Option<String>,

@@ -198,6 +198,28 @@ impl Config {
         let layout = src
             .parse("layout", |s| s.parse::<crate::redis::layout::LayoutKind>())?
             .unwrap_or_default();
+        let namespace = if layout == crate::redis::layout::LayoutKind::Bullmq
+            && src.get("namespace").is_none()
+        {
+            // BullMQ's default prefix, "bull", and the ':' it joins keys with.
+            "bull:".to_owned()
+        } else {
+            namespace
+        };
+        if layout == crate::redis::layout::LayoutKind::Bullmq
+            && (namespace.len() < 2 || !namespace.ends_with(':'))
+        {
+            // BullMQ names a queue's keys <prefix>:<queue>:<type> and never has an empty prefix.
+            return Err(ConfigError {
+                culprit: "--namespace".into(),
+                reason: format!(
+                    "{namespace:?} cannot match a BullMQ worker: with --layout bullmq, give \
+                     BullMQ's prefix followed by ':' (BullMQ's default prefix is \"bull\": \
+                     --namespace bull:, the default in this layout; on a Redis Cluster \
+                     --namespace '{{bull}}:' for the prefix '{{bull}}')"
+                ),
+            });
+        }
         if layout == crate::redis::layout::LayoutKind::Conveyor && !namespace.ends_with(':') {
             // Conveyor joins its namespace to every key with ':' and never has an empty one
             // (its default is "conv"): another prefix cannot reach a conveyor worker.

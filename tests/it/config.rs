@@ -450,3 +450,30 @@ fn redis_safety_options_parse_and_name_their_culprit() {
         assert!(e.reason.contains(says), "{e}");
     }
 }
+
+/// The bullmq layout: BullMQ's default prefix as the default namespace, a namespace that cannot
+/// be BullMQ's prefix and ':' refused, and a hash-tagged one accepted on a Cluster.
+#[test]
+fn bullmq_namespace_is_a_prefix_and_a_colon() {
+    let c = resolve(&["--layout", "bullmq"], &[]).unwrap();
+    assert_eq!(c.namespace, "bull:");
+    let c = resolve(&["--layout", "bullmq", "--namespace", "app:"], &[]).unwrap();
+    assert_eq!(c.namespace, "app:");
+    for ns in ["bull", ":", "app:x"] {
+        let e = resolve(&["--layout", "bullmq", "--namespace", ns], &[]).unwrap_err();
+        assert_eq!(e.culprit, "--namespace", "{ns}");
+        assert!(
+            e.reason.contains("BullMQ's prefix followed by ':'"),
+            "{e:?}"
+        );
+    }
+    let cluster = ["--redis-url", "redis+cluster://127.0.0.1:7000"];
+    let mut args = vec!["--layout", "bullmq", "--namespace", "{bull}:"];
+    args.extend_from_slice(&cluster);
+    assert_eq!(resolve(&args, &[]).unwrap().namespace, "{bull}:");
+    let mut args = vec!["--layout", "bullmq"];
+    args.extend_from_slice(&cluster);
+    assert!(resolve(&args, &[]).unwrap_err().reason.contains("hash tag"));
+    // Other layouts keep the empty default.
+    assert_eq!(resolve(&["--layout", "celery"], &[]).unwrap().namespace, "");
+}

@@ -18,6 +18,7 @@
 mod common;
 
 mod bench;
+mod bullmq;
 mod celery;
 mod config;
 mod conveyor;

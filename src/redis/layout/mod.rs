@@ -15,9 +15,13 @@
 //! - [`LayoutKind::Celery`] (`--layout celery`): what a [Celery](https://docs.celeryq.dev/) 5
 //!   worker on the Redis broker reads: kombu's message envelope (task protocol 2, JSON) on the
 //!   queue's list; rows wait in the outbox until their `run_at` is due.
+//! - [`LayoutKind::Bullmq`] (`--layout bullmq`): what a [BullMQ](https://github.com/taskforcesh/bullmq)
+//!   6.x `Worker` reads: the job hash, wait list, delayed set, marker and events stream that
+//!   `Queue.add` writes for a custom job id. No flows.
 //!
 //! Another runner's layout is one more implementation of [`Layout`] and one more variant.
 
+mod bullmq;
 mod celery;
 mod conveyor;
 mod jobrelay;
@@ -46,15 +50,18 @@ pub enum LayoutKind {
     Sidekiq,
     /// The layout of Celery 5 on its Redis broker (kombu's Redis transport).
     Celery,
+    /// The layout of the Node.js job runner BullMQ (6.x, 5.56 on).
+    Bullmq,
 }
 
 impl LayoutKind {
     /// Every layout, in the order `--help` lists them.
-    pub const ALL: [LayoutKind; 4] = [
+    pub const ALL: [LayoutKind; 5] = [
         LayoutKind::Jobrelay,
         LayoutKind::Conveyor,
         LayoutKind::Sidekiq,
         LayoutKind::Celery,
+        LayoutKind::Bullmq,
     ];
 
     /// The name `--layout` takes.
@@ -64,6 +71,7 @@ impl LayoutKind {
             LayoutKind::Conveyor => "conveyor",
             LayoutKind::Sidekiq => "sidekiq",
             LayoutKind::Celery => "celery",
+            LayoutKind::Bullmq => "bullmq",
         }
     }
 
@@ -74,6 +82,7 @@ impl LayoutKind {
             LayoutKind::Conveyor => &conveyor::CONVEYOR,
             LayoutKind::Sidekiq => &sidekiq::SIDEKIQ,
             LayoutKind::Celery => &celery::CELERY,
+            LayoutKind::Bullmq => &bullmq::BULLMQ,
         }
     }
 }

@@ -41,6 +41,17 @@ impl TestLayout {
             LayoutKind::Jobrelay | LayoutKind::Conveyor | LayoutKind::Celery => queues,
             // And the set `queues` that names them.
             LayoutKind::Sidekiq => queues + 1,
+            // The wait list, and the `id` counter, `meta` hash, `events` stream and `marker`.
+            LayoutKind::Bullmq => 5 * queues,
+        }
+    }
+
+    /// How many keys one job makes besides its queue's: its marker, and in the bullmq layout
+    /// its job hash.
+    pub fn keys_per_job(self) -> i64 {
+        match self.0 {
+            LayoutKind::Bullmq => 2,
+            _ => 1,
         }
     }
 
@@ -72,6 +83,8 @@ impl TestLayout {
                 let msg: serde_json::Value = serde_json::from_slice(bytes).expect("a message");
                 msg["headers"]["id"].as_str().expect("a task id").to_owned()
             }
+            // The wait list holds job ids: the uuids.
+            LayoutKind::Bullmq => String::from_utf8(bytes.to_vec()).expect("a job id"),
         }
     }
 }
@@ -96,6 +109,11 @@ macro_rules! per_layout {
             #[sqlx::test]
             async fn celery(pool: PgPool) {
                 super::$suite(pool, TestLayout(jobrelay::LayoutKind::Celery)).await
+            }
+
+            #[sqlx::test]
+            async fn bullmq(pool: PgPool) {
+                super::$suite(pool, TestLayout(jobrelay::LayoutKind::Bullmq)).await
             }
         }
     };

@@ -5,6 +5,7 @@
 //! Redis namespace that is deleted (by SCAN + DEL of its own keys, never FLUSH) when dropped.
 
 pub mod batch;
+pub mod bullmq;
 pub mod celery;
 pub mod child;
 pub mod cluster;

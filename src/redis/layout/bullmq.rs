@@ -1,0 +1,259 @@
+//! The layout of [BullMQ](https://github.com/taskforcesh/bullmq) 6.x (and 5.56 on), the Node.js
+//! job runner on Redis (docs/layouts.md, "bullmq"): what `Queue.add(name, data, {jobId})` writes
+//! (src/classes/job.ts `asJSON`, the Redis backend's `addJobToTransaction` and `optsAsJSON`,
+//! src/commands/addStandardJob-9.lua and addDelayedJob-6.lua with their includes), so that an
+//! unmodified `Worker` runs the jobs and `QueueEvents`, `Queue.getJobCounts` and dashboards such
+//! as bull-board see them as their own.
+//!
+//! - Keys: `--namespace` is BullMQ's prefix followed by `:` (`bull:` for BullMQ's default
+//!   `bull`; `{bull}:` on a Redis Cluster), and a queue's keys are `<ns><queue>:<type>`
+//!   (src/classes/queue-keys.ts): the job hash `<ns><queue>:<uuid>`, the `id` counter, the
+//!   `wait` list (or, for a paused queue of BullMQ 5, `paused`), `delayed`, `marker`, `meta` and
+//!   the `events` stream.
+//! - The job: the row's `uuid` is the custom job id (hyphenated), `job_type` the job's `name`,
+//!   `payload` its `data` (which must be JSON, written as the row gave it, surrounding whitespace
+//!   left out); `opts` are what `Queue.add` stores for `{jobId}` (`{"jobId":..,"attempts":0}`,
+//!   and `delay` for a future `run_at`), `timestamp` Redis's time of the push in milliseconds.
+//! - The dedup marker `<ns>jobrelay:bullmq:<uuid>`, a key BullMQ never reads, holding the job
+//!   hash's key for `--dedup-ttl`: a row replayed after its job was removed on completion
+//!   (`removeOnComplete`) is a duplicate, where BullMQ's own duplicate-id check (the job hash
+//!   exists) would add it again.
+//! - No flows: BullMQ's parent waits for its children (the reverse of a jobrelay parent), so a
+//!   row naming a parent or predecessor is [`Unfit`]. Headers have no place in a BullMQ job and
+//!   are not written.
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::{Layout, LayoutKind, Unfit};
+use crate::job::Job;
+
+/// The layout.
+pub(super) static BULLMQ: Bullmq = Bullmq;
+
+/// See the module.
+#[derive(Debug)]
+pub(super) struct Bullmq;
+
+/// The marker key's infix: `<ns>jobrelay:bullmq:<uuid>`.
+const MARKER_INFIX: &str = "jobrelay:bullmq:";
+
+/// The wait list's suffix after the queue's name: `<ns><queue>:wait`.
+const WAIT_SUFFIX: &str = ":wait";
+
+/// What one job adds to a script call besides its data, the namespace (twice), its queue name
+/// and its name: the marker key's infix and uuid (52), `:wait` (5), the route (at most 20
+/// digits), the framing of five bulk strings (5 each plus the digits of their lengths, at most
+/// 3, 3, 2, 3 and 10): 125.
+const ARGS_OVERHEAD: usize = 144;
+
+/// `run_at` in epoch milliseconds, rounded up: BullMQ runs a delayed job once its due
+/// millisecond has come, so a job never runs before its `run_at`.
+fn epoch_ms_ceil(t: DateTime<Utc>) -> i64 {
+    let ms = t.timestamp_millis();
+    if t.timestamp_subsec_nanos() % 1_000_000 != 0 {
+        ms + 1
+    } else {
+        ms
+    }
+}
+
+/// The payload as BullMQ's `data`: JSON text (surrounding whitespace left out), or why not.
+pub(crate) fn data_of(payload: &[u8]) -> Result<&str, Unfit> {
+    let unfit = |what: String| {
+        Unfit(format!(
+            "the bullmq layout needs the payload to be JSON (the job's data): {what}"
+        ))
+    };
+    let text = std::str::from_utf8(payload).map_err(|e| unfit(format!("not UTF-8 ({e})")))?;
+    let text = text.trim_matches(|c: char| matches!(c, ' ' | '\t' | '\n' | '\r'));
+    if text.is_empty() {
+        return Err(unfit("the payload is empty (no data: {})".to_owned()));
+    }
+    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(text) {
+        return Err(unfit(format!("not JSON ({e})")));
+    }
+    Ok(text)
+}
+
+impl Layout for Bullmq {
+    fn kind(&self) -> LayoutKind {
+        LayoutKind::Bullmq
+    }
+
+    fn script(&self) -> &'static str {
+        concat!(include_str!("prelude.lua"), include_str!("bullmq.lua"))
+    }
+
+    /// The job's data (the payload, checked to be JSON).
+    fn encode(&self, job: &Job, buf: &mut Vec<u8>) -> std::result::Result<(), Unfit> {
+        let named: Vec<String> = [
+            ("parent_uuid", job.parent_uuid),
+            ("predecessor_uuid", job.predecessor_uuid),
+        ]
+        .into_iter()
+        .filter_map(|(column, u)| u.map(|u| format!("{column} {u}")))
+        .collect();
+        if !named.is_empty() {
+            return Err(Unfit(format!(
+                "the bullmq layout has no flows (a BullMQ parent waits for its children, a \
+                 FlowProducer's tree, not a job that waits for its parent): the row names {}",
+                named.join(" and ")
+            )));
+        }
+        if job.queue.contains(':') {
+            // QueueBase's constructor: "Queue name cannot contain :".
+            return Err(Unfit(format!(
+                "BullMQ queue names cannot contain ':' (the queue is {:?})",
+                job.queue
+            )));
+        }
+        buf.extend_from_slice(data_of(&job.payload)?.as_bytes());
+        Ok(())
+    }
+
+    /// Two keys, the marker `<ns>jobrelay:bullmq:<uuid>` and the wait list `<ns><queue>:wait`,
+    /// and three arguments: the route (empty, or `run_at` in epoch milliseconds), the job's
+    /// name and its data; see bullmq.lua.
+    fn push_args(
+        &self,
+        inv: &mut redis::ScriptInvocation<'_>,
+        namespace: &str,
+        job: &Job,
+        encoded: &[u8],
+        key: &mut String,
+    ) {
+        let mut uuid = Uuid::encode_buffer();
+        key.clear();
+        key.push_str(namespace);
+        key.push_str(MARKER_INFIX);
+        key.push_str(job.uuid.hyphenated().encode_lower(&mut uuid));
+        inv.key(&*key);
+        key.truncate(namespace.len());
+        key.push_str(&job.queue);
+        key.push_str(WAIT_SUFFIX);
+        inv.key(&*key);
+        key.clear();
+        if let Some(at) = job.run_at {
+            let _ = write!(key, "{}", epoch_ms_ceil(at));
+        }
+        inv.arg(&*key).arg(&job.job_type).arg(encoded);
+        key.clear();
+    }
+
+    fn args_overhead(&self, namespace: &str, job: &Job, _encoded_len: usize) -> usize {
+        2 * namespace.len() + job.queue.len() + job.job_type.len() + ARGS_OVERHEAD
+    }
+
+    fn marker_infix(&self) -> &'static str {
+        MARKER_INFIX
+    }
+
+    /// The wait list: `<ns><queue>:wait`.
+    fn queue_key(&self, namespace: &str, queue: &str) -> String {
+        format!("{namespace}{queue}{WAIT_SUFFIX}")
+    }
+
+    fn orders_flows(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn job(payload: &str) -> Job {
+        Job {
+            uuid: "6f1c2a3b-4d5e-4f60-8a71-92b3c4d5e6f7".parse().unwrap(),
+            queue: "emails".into(),
+            job_type: "send".into(),
+            payload: payload.as_bytes().to_vec(),
+            parent_uuid: None,
+            predecessor_uuid: None,
+            dead_parent: false,
+            run_at: None,
+            created_at: DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
+            headers: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn data_is_the_payload_as_written() {
+        for (payload, data) in [
+            (" {\"a\": 2.50, \"b\": [1]}\n", "{\"a\": 2.50, \"b\": [1]}"),
+            ("[1,2]", "[1,2]"),
+            ("\"x\"", "\"x\""),
+            ("42", "42"),
+            ("null", "null"),
+        ] {
+            let mut buf = Vec::new();
+            BULLMQ.encode(&job(payload), &mut buf).unwrap();
+            assert_eq!(String::from_utf8(buf).unwrap(), data);
+        }
+    }
+
+    #[test]
+    fn what_does_not_fit() {
+        let mut buf = Vec::new();
+        for (payload, why) in [("", "empty"), ("{", "not JSON"), ("[1] [2]", "not JSON")] {
+            let e = BULLMQ.encode(&job(payload), &mut buf).unwrap_err();
+            assert!(
+                e.0.contains(why) && e.0.contains("bullmq"),
+                "{payload:?}: {e}"
+            );
+        }
+        let mut j = job("{}");
+        j.payload = vec![b'"', 0xff, b'"'];
+        assert!(BULLMQ.encode(&j, &mut buf).unwrap_err().0.contains("UTF-8"));
+        let mut j = job("{}");
+        j.parent_uuid = Some(j.uuid);
+        assert!(BULLMQ
+            .encode(&j, &mut buf)
+            .unwrap_err()
+            .0
+            .contains("no flows"));
+        let mut j = job("{}");
+        j.predecessor_uuid = Some(j.uuid);
+        assert!(BULLMQ
+            .encode(&j, &mut buf)
+            .unwrap_err()
+            .0
+            .contains("predecessor_uuid"));
+        let mut j = job("{}");
+        j.queue = "a:b".into();
+        assert!(BULLMQ.encode(&j, &mut buf).unwrap_err().0.contains("':'"));
+    }
+
+    #[test]
+    fn run_at_rounds_up_to_the_millisecond() {
+        let t = |s, ns| DateTime::from_timestamp(s, ns).unwrap();
+        assert_eq!(epoch_ms_ceil(t(1_700_000_000, 0)), 1_700_000_000_000);
+        assert_eq!(
+            epoch_ms_ceil(t(1_700_000_000, 5_000_000)),
+            1_700_000_000_005
+        );
+        assert_eq!(
+            epoch_ms_ceil(t(1_700_000_000, 5_000_001)),
+            1_700_000_000_006
+        );
+        assert_eq!(
+            epoch_ms_ceil(t(1_700_000_000, 999_999_000)),
+            1_700_000_001_000
+        );
+    }
+
+    #[test]
+    fn keys() {
+        let u: Uuid = "6f1c2a3b-4d5e-4f60-8a71-92b3c4d5e6f7".parse().unwrap();
+        assert_eq!(
+            BULLMQ.marker_key("bull:", u),
+            "bull:jobrelay:bullmq:6f1c2a3b-4d5e-4f60-8a71-92b3c4d5e6f7"
+        );
+        assert_eq!(BULLMQ.queue_key("bull:", "emails"), "bull:emails:wait");
+        assert_eq!(BULLMQ.queue_key("{bull}:", "emails"), "{bull}:emails:wait");
+    }
+}

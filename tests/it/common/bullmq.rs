@@ -1,0 +1,274 @@
+//! A real, unmodified BullMQ `Worker` as a child process, for the bullmq layout's tests.
+//!
+//! [`BullmqWorker::start`] writes a small Node program (`worker.js`) into a temporary directory
+//! and runs it with `node` against a Redis (a private redis-server): per queue a `QueueEvents`
+//! reading the queue's events stream from its start, and a `Worker` (concurrency 4, completed
+//! jobs removed: `removeOnComplete: {count: 0}`, the worker's form of `removeOnComplete: true`),
+//! killed on drop. Each run appends one JSON line to a file:
+//!
+//! ```text
+//! {"id": <job id>, "name": <job name>, "queue": <queue>, "data": <JSON.stringify(job.data)>,
+//!  "at": <unix time it ran, seconds>, "timestamp": <job.timestamp>, "delay": <job.delay>,
+//!  "attempts": <job.opts.attempts>}
+//! ```
+//!
+//! read back by [`BullmqWorker::runs`]; each event seen (`added`, `waiting`, `delayed`,
+//! `completed`) one line `{"queue", "event", "jobId"}`, read by [`BullmqWorker::events`].
+//! [`BullmqWorker::node`] runs a script with BullMQ importable, e.g. `Queue.add` for a baseline
+//! or `Queue.getJobCounts`. BullMQ comes from `.ci/run` (`/opt/jobrelay-bullmq/node_modules`,
+//! pinned), or from `JOBRELAY_BULLMQ` (a directory holding `node_modules/bullmq`).
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{wait_for_records, whole_lines};
+
+/// Where `.ci/run` installs BullMQ.
+const DEFAULT_BULLMQ: &str = "/opt/jobrelay-bullmq";
+
+/// The worker program.
+const WORKER: &str = r#"
+const fs = require('fs');
+const { Worker, QueueEvents } = require('bullmq');
+const { Cluster } = require('ioredis');
+const node = { host: '127.0.0.1', port: Number(process.env.JOBRELAY_TEST_PORT) };
+// On a Redis Cluster: ioredis's Cluster client, found from one node (BullMQ's prefix then has a
+// hash tag).
+const connection = process.env.JOBRELAY_TEST_CLUSTER
+  ? new Cluster([node], { redisOptions: { maxRetriesPerRequest: null } })
+  : node;
+const prefix = process.env.JOBRELAY_TEST_PREFIX;
+const runs = process.env.JOBRELAY_TEST_RUNS;
+const events = process.env.JOBRELAY_TEST_EVENTS;
+(async () => {
+  for (const queue of process.env.JOBRELAY_TEST_QUEUES.split(',').filter(Boolean)) {
+    const qe = new QueueEvents(queue, { connection, prefix, lastEventId: '0-0' });
+    for (const event of ['added', 'waiting', 'delayed', 'completed']) {
+      qe.on(event, (args) => fs.appendFileSync(events,
+        JSON.stringify({ queue, event, jobId: args.jobId }) + '\n'));
+    }
+    await qe.waitUntilReady();
+    const w = new Worker(queue, async (job) => {
+      fs.appendFileSync(runs, JSON.stringify({
+        id: job.id, name: job.name, queue, data: JSON.stringify(job.data),
+        at: Date.now() / 1000, timestamp: job.timestamp, delay: job.delay,
+        attempts: job.opts.attempts,
+      }) + '\n');
+      return 'ok';
+    }, { connection, prefix, concurrency: 4, removeOnComplete: { count: 0 } });
+    w.on('error', (e) => console.error('worker error', e));
+    w.on('failed', (job, e) => console.error('job failed', job && job.id, e));
+    await w.waitUntilReady();
+  }
+  console.log('workers ready');
+})().catch((e) => { console.error(e); process.exit(1); });
+"#;
+
+/// One recorded run.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Run {
+    pub id: String,
+    pub name: String,
+    pub queue: String,
+    /// `JSON.stringify(job.data)`.
+    pub data: String,
+    /// Unix time (seconds) the job ran, by the worker's clock.
+    pub at: f64,
+    pub timestamp: f64,
+    pub delay: f64,
+    pub attempts: i64,
+}
+
+/// One event a `QueueEvents` saw.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Event {
+    pub queue: String,
+    pub event: String,
+    #[serde(rename = "jobId")]
+    pub job_id: String,
+}
+
+/// A running worker program.
+pub struct BullmqWorker {
+    child: Child,
+    dir: tempfile::TempDir,
+    log: PathBuf,
+    runs: PathBuf,
+    events: PathBuf,
+    env: Vec<(&'static str, String)>,
+}
+
+/// The directory holding `node_modules/bullmq`.
+pub fn bullmq_dir() -> PathBuf {
+    let p = std::env::var_os("JOBRELAY_BULLMQ")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_BULLMQ));
+    assert!(
+        p.join("node_modules/bullmq").exists(),
+        "bullmq not found in {}/node_modules (run .ci/run, which installs it, or set \
+         JOBRELAY_BULLMQ)",
+        p.display()
+    );
+    p
+}
+
+impl BullmqWorker {
+    /// Starts workers for `queues` on the Redis at 127.0.0.1:`port` with BullMQ's `prefix`
+    /// (the relay's `--namespace` without its last ':'); waits until they are ready (30 s).
+    pub fn start(port: u16, prefix: &str, queues: &[&str]) -> BullmqWorker {
+        BullmqWorker::start_with(port, prefix, queues, false)
+    }
+
+    /// As [`BullmqWorker::start`], on the Redis Cluster that the node at `port` belongs to,
+    /// through ioredis's `Cluster` client.
+    pub fn start_on_cluster(port: u16, prefix: &str, queues: &[&str]) -> BullmqWorker {
+        BullmqWorker::start_with(port, prefix, queues, true)
+    }
+
+    fn start_with(port: u16, prefix: &str, queues: &[&str], cluster: bool) -> BullmqWorker {
+        let dir = tempfile::Builder::new()
+            .prefix("jobrelay-bullmq-")
+            .tempdir()
+            .unwrap();
+        std::fs::write(dir.path().join("worker.js"), WORKER).unwrap();
+        let log = dir.path().join("worker.log");
+        let runs = dir.path().join("runs.jsonl");
+        let events = dir.path().join("events.jsonl");
+        std::fs::write(&runs, "").unwrap();
+        std::fs::write(&events, "").unwrap();
+        let mut env = vec![
+            ("JOBRELAY_TEST_PORT", port.to_string()),
+            ("JOBRELAY_TEST_PREFIX", prefix.to_owned()),
+            ("JOBRELAY_TEST_QUEUES", queues.join(",")),
+            ("JOBRELAY_TEST_RUNS", runs.display().to_string()),
+            ("JOBRELAY_TEST_EVENTS", events.display().to_string()),
+            (
+                "NODE_PATH",
+                bullmq_dir().join("node_modules").display().to_string(),
+            ),
+        ];
+        if cluster {
+            env.push(("JOBRELAY_TEST_CLUSTER", "1".to_owned()));
+        }
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new("node")
+            .arg(dir.path().join("worker.js"))
+            .current_dir(dir.path())
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out.try_clone().unwrap()))
+            .stderr(Stdio::from(out))
+            .spawn()
+            .expect("node starts");
+        let mut w = BullmqWorker {
+            child,
+            dir,
+            log,
+            runs,
+            events,
+            env,
+        };
+        w.wait_ready(Duration::from_secs(30));
+        w
+    }
+
+    fn wait_ready(&mut self, deadline: Duration) {
+        let start = Instant::now();
+        loop {
+            if self.logs().contains("workers ready") {
+                return;
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("bullmq worker exited ({status}); its log:\n{}", self.logs());
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "bullmq worker not ready after {deadline:?}; its log:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// What the worker printed.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Every run recorded so far, in the order they were recorded.
+    pub fn runs(&self) -> Vec<Run> {
+        whole_lines(&self.runs)
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("a run line {l:?}: {e}")))
+            .collect()
+    }
+
+    /// Every event seen so far.
+    pub fn events(&self) -> Vec<Event> {
+        whole_lines(&self.events)
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("an event line {l:?}: {e}")))
+            .collect()
+    }
+
+    /// Waits until at least `n` runs are recorded, at most `deadline`.
+    pub async fn wait_runs(&self, n: usize, deadline: Duration) -> Vec<Run> {
+        wait_for_records("runs", n, deadline, || self.runs(), || self.tail_of_logs()).await
+    }
+
+    fn tail_of_logs(&self) -> String {
+        let logs = self.logs();
+        let lines: Vec<&str> = logs.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    /// Runs `script` (JavaScript) with node, BullMQ importable and the worker's environment
+    /// (`JOBRELAY_TEST_PORT`, `JOBRELAY_TEST_PREFIX`); returns its standard output. Bounded by
+    /// 30 s.
+    pub fn node(&self, script: &str) -> String {
+        node_in(self.dir.path(), &self.env, script)
+    }
+}
+
+/// Runs `script` with node in `dir` with `env`.
+fn node_in(dir: &std::path::Path, env: &[(&'static str, String)], script: &str) -> String {
+    let path = dir.join("script.js");
+    std::fs::write(&path, script).unwrap();
+    let out = dir.join("script.out");
+    let err = dir.join("script.err");
+    let mut child = Command::new("node")
+        .arg(&path)
+        .current_dir(dir)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(&err).unwrap()))
+        .spawn()
+        .expect("node starts");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("node script still running after 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        status.success(),
+        "node script failed: {status}\n{}",
+        std::fs::read_to_string(&err).unwrap_or_default()
+    );
+    std::fs::read_to_string(&out).unwrap()
+}
+
+impl Drop for BullmqWorker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
