@@ -34,9 +34,9 @@
 //! default `postgres://postgres@127.0.0.1:5432/postgres`, dropped at the end) and a Redis
 //! namespace of its own (`bench<random>:` on `REDIS_URL`, deleted at the end, and on SIGINT or
 //! SIGTERM). `BENCH_WORKERS` and `BENCH_BATCH_SIZE` override the relay defaults;
-//! `BENCH_LAYOUT=conveyor` (or `sidekiq`, or `celery`) runs the relay in that layout (default
-//! `jobrelay`); in the sidekiq and celery layouts every payload is a JSON array of the same size
-//! (the job's `args`).
+//! `BENCH_LAYOUT=conveyor` (or `sidekiq`, `celery`, `rq`) runs the relay in that layout (default
+//! `jobrelay`); in the sidekiq, celery and rq layouts every payload is a JSON array of the same
+//! size (the job's `args`).
 
 #[path = "cpu.rs"]
 mod cpu;
@@ -84,9 +84,12 @@ fn payload(layout: LayoutKind, i: usize) -> Vec<u8> {
     p
 }
 
-/// Whether the layout's payloads are a job's `args`, a JSON array (sidekiq, celery).
+/// Whether the layout's payloads are a job's `args`, a JSON array (sidekiq, celery, rq).
 fn takes_args(layout: LayoutKind) -> bool {
-    matches!(layout, LayoutKind::Sidekiq | LayoutKind::Celery)
+    matches!(
+        layout,
+        LayoutKind::Sidekiq | LayoutKind::Celery | LayoutKind::Rq
+    )
 }
 
 /// The SQL literal of a one-row insert's payload: `[]` (empty `args`) where the layout takes
@@ -110,7 +113,7 @@ pub struct Args {
     pub insert_seconds: f64,
     pub workers: usize,
     pub batch_size: usize,
-    /// `BENCH_LAYOUT`: the Redis layout (`jobrelay`, `conveyor`, `sidekiq` or `celery`).
+    /// `BENCH_LAYOUT`: the Redis layout (`jobrelay`, `conveyor`, `sidekiq`, `celery` or `rq`).
     pub layout: LayoutKind,
     /// `BENCH_BACKLOG_ROWS`: the backlog one worker drains in `backlog` (default 1,000,000).
     pub backlog_rows: usize,
@@ -641,6 +644,8 @@ async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, B
                                     serde_json::from_slice(&bytes).expect("a celery message");
                                 msg["headers"]["id"].as_str().expect("a task id").to_owned()
                             }
+                            // RQ's queue holds job ids: the uuid itself.
+                            LayoutKind::Rq => String::from_utf8(bytes).expect("a job id"),
                         };
                         popped.insert(uuid.parse().expect("a uuid"), now);
                         seen += 1;

@@ -221,6 +221,18 @@ impl Config {
                     .into(),
             });
         }
+        if layout == crate::redis::layout::LayoutKind::Rq
+            && redis_url::topology(&redis_url) == Some(crate::redis::connection::Topology::Cluster)
+        {
+            // RQ's client and workers use one redis-py connection (no RedisCluster), and an
+            // RQ job's keys (its hash, its queue, its registries) share no hash tag.
+            return Err(ConfigError {
+                culprit: "--layout".into(),
+                reason: "rq cannot read a Redis Cluster (RQ has no Cluster support): give the \
+                         URL of the Redis its workers use"
+                    .into(),
+            });
+        }
         if redis_url::topology(&redis_url) == Some(crate::redis::connection::Topology::Cluster)
             && !redis_url::namespace_is_one_slot(&namespace)
         {

@@ -15,12 +15,16 @@
 //! - [`LayoutKind::Celery`] (`--layout celery`): what a [Celery](https://docs.celeryq.dev/) 5
 //!   worker on the Redis broker reads: kombu's message envelope (task protocol 2, JSON) on the
 //!   queue's list; rows wait in the outbox until their `run_at` is due.
+//! - [`LayoutKind::Rq`] (`--layout rq`): what an [RQ](https://python-rq.org) 2.x worker with
+//!   the JSON serializer reads: RQ's job hash, its queue's list of ids and its scheduled
+//!   registry. No flows.
 //!
 //! Another runner's layout is one more implementation of [`Layout`] and one more variant.
 
 mod celery;
 mod conveyor;
 mod jobrelay;
+mod rq;
 mod sidekiq;
 
 pub(crate) use self::sidekiq::args_of as sidekiq_args_of;
@@ -46,15 +50,18 @@ pub enum LayoutKind {
     Sidekiq,
     /// The layout of Celery 5 on its Redis broker (kombu's Redis transport).
     Celery,
+    /// The layout of the Python job runner RQ 2.x (JSON serializer).
+    Rq,
 }
 
 impl LayoutKind {
     /// Every layout, in the order `--help` lists them.
-    pub const ALL: [LayoutKind; 4] = [
+    pub const ALL: [LayoutKind; 5] = [
         LayoutKind::Jobrelay,
         LayoutKind::Conveyor,
         LayoutKind::Sidekiq,
         LayoutKind::Celery,
+        LayoutKind::Rq,
     ];
 
     /// The name `--layout` takes.
@@ -64,6 +71,7 @@ impl LayoutKind {
             LayoutKind::Conveyor => "conveyor",
             LayoutKind::Sidekiq => "sidekiq",
             LayoutKind::Celery => "celery",
+            LayoutKind::Rq => "rq",
         }
     }
 
@@ -74,6 +82,7 @@ impl LayoutKind {
             LayoutKind::Conveyor => &conveyor::CONVEYOR,
             LayoutKind::Sidekiq => &sidekiq::SIDEKIQ,
             LayoutKind::Celery => &celery::CELERY,
+            LayoutKind::Rq => &rq::RQ,
         }
     }
 }

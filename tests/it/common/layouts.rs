@@ -41,6 +41,16 @@ impl TestLayout {
             LayoutKind::Jobrelay | LayoutKind::Conveyor | LayoutKind::Celery => queues,
             // And the set `queues` that names them.
             LayoutKind::Sidekiq => queues + 1,
+            // And the set `rq:queues` that names them.
+            LayoutKind::Rq => queues + 1,
+        }
+    }
+
+    /// How many keys a queued job makes: its marker, and in the rq layout its job hash.
+    pub fn keys_per_job(self) -> i64 {
+        match self.0 {
+            LayoutKind::Rq => 2,
+            _ => 1,
         }
     }
 
@@ -72,6 +82,8 @@ impl TestLayout {
                 let msg: serde_json::Value = serde_json::from_slice(bytes).expect("a message");
                 msg["headers"]["id"].as_str().expect("a task id").to_owned()
             }
+            // RQ's queue holds job ids: the uuid itself.
+            LayoutKind::Rq => std::str::from_utf8(bytes).expect("a job id").to_owned(),
         }
     }
 }
@@ -96,6 +108,11 @@ macro_rules! per_layout {
             #[sqlx::test]
             async fn celery(pool: PgPool) {
                 super::$suite(pool, TestLayout(jobrelay::LayoutKind::Celery)).await
+            }
+
+            #[sqlx::test]
+            async fn rq(pool: PgPool) {
+                super::$suite(pool, TestLayout(jobrelay::LayoutKind::Rq)).await
             }
         }
     };
