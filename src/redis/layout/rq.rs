@@ -144,11 +144,14 @@ fn description(func: &str, args: &str, kwargs: &str, out: &mut String) -> Result
         cut(a, out);
     }
     // Python keeps a repeated key's last value.
+    let last: std::collections::HashMap<&str, usize> = kwargs
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (k.as_str(), i))
+        .collect();
     let mut named: Vec<String> = Vec::with_capacity(kwargs.len());
-    for (k, v) in &kwargs {
-        if kwargs.iter().rev().find(|(k2, _)| k2 == k).map(|(_, v2)| v2 as *const Py)
-            != Some(v as *const Py)
-        {
+    for (i, (k, v)) in kwargs.iter().enumerate() {
+        if last[k.as_str()] != i {
             continue;
         }
         let mut s = String::with_capacity(k.len() + 8);
@@ -494,18 +497,32 @@ mod tests {
         ] {
             let mut buf = Vec::new();
             let e = RQ.encode(&job(payload), &mut buf).unwrap_err();
-            assert!(e.0.contains(why) && e.0.contains("rq layout"), "{payload:?}: {e}");
+            assert!(
+                e.0.contains(why) && e.0.contains("rq layout"),
+                "{payload:?}: {e}"
+            );
         }
         let mut j = job("[]");
         j.payload = vec![b'[', 0xff, b']'];
-        assert!(RQ.encode(&j, &mut Vec::new()).unwrap_err().0.contains("UTF-8"));
+        assert!(RQ
+            .encode(&j, &mut Vec::new())
+            .unwrap_err()
+            .0
+            .contains("UTF-8"));
         let mut j = job("[]");
         j.predecessor_uuid = Some(j.uuid);
         let e = RQ.encode(&j, &mut Vec::new()).unwrap_err().0;
-        assert!(e.contains("no flows") && e.contains("predecessor_uuid"), "{e}");
+        assert!(
+            e.contains("no flows") && e.contains("predecessor_uuid"),
+            "{e}"
+        );
         let mut j = job("[]");
         j.parent_uuid = Some(j.uuid);
-        assert!(RQ.encode(&j, &mut Vec::new()).unwrap_err().0.contains("parent_uuid"));
+        assert!(RQ
+            .encode(&j, &mut Vec::new())
+            .unwrap_err()
+            .0
+            .contains("parent_uuid"));
     }
 
     #[test]

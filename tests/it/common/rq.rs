@@ -9,7 +9,7 @@
 //! <job id>\t<args as JSON>\t<kwargs as JSON>\t<meta as JSON>\t<unix time it ran>\t<func_name>
 //! ```
 //!
-//! read back by [`RqWorker::runs`]. [`python`] runs a script with RQ's interpreter (RQ's own
+//! read back by [`RqApp::runs`]. [`RqApp::python`] runs a script with RQ's interpreter (RQ's own
 //! client, for a baseline, or its API). RQ comes from `.ci/run` (a venv at `/opt/jobrelay-rq`,
 //! pinned), or from `JOBRELAY_RQ` (the path of an `rq` program whose directory also holds its
 //! `python`).
@@ -92,7 +92,10 @@ pub struct RqApp {
 impl RqApp {
     /// Task modules and an empty runs file, for workers on `url` (a `redis://` URL).
     pub fn new(url: &str) -> RqApp {
-        let dir = tempfile::Builder::new().prefix("jobrelay-rq-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("jobrelay-rq-")
+            .tempdir()
+            .unwrap();
         std::fs::write(dir.path().join("jobs.py"), JOBS).unwrap();
         std::fs::create_dir(dir.path().join("app")).unwrap();
         std::fs::write(dir.path().join("app/__init__.py"), "").unwrap();
@@ -123,7 +126,10 @@ impl RqApp {
         let child = Command::new(rq_bin())
             .arg("worker")
             .args(["--serializer", "json", "--url", &self.url])
-            .args(["--name", &format!("jobrelay-test-{}-{name}", std::process::id())])
+            .args([
+                "--name",
+                &format!("jobrelay-test-{}-{name}", std::process::id()),
+            ])
             .args(flags)
             .args(queues)
             .current_dir(self.dir.path())
@@ -190,28 +196,16 @@ impl RqWorker {
         let start = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                assert!(status.success(), "rq worker: {status}; its log:\n{}", self.logs());
+                assert!(
+                    status.success(),
+                    "rq worker: {status}; its log:\n{}",
+                    self.logs()
+                );
                 return;
             }
             assert!(
                 start.elapsed() < deadline,
                 "rq worker still running after {deadline:?}; its log:\n{}",
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Waits until the worker's log contains `text` (at most `deadline`).
-    pub async fn wait_log(&mut self, text: &str, deadline: Duration) {
-        let start = Instant::now();
-        while !self.logs().contains(text) {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("rq worker exited ({status}); its log:\n{}", self.logs());
-            }
-            assert!(
-                start.elapsed() < deadline,
-                "no {text:?} from the rq worker after {deadline:?}; its log:\n{}",
                 self.logs()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -224,13 +218,6 @@ impl Drop for RqWorker {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Runs `script` with RQ's python, no worker, `jobs` not importable; returns its standard
-/// output. Bounded by 30 s.
-pub fn python(script: &str) -> String {
-    let dir = tempfile::Builder::new().prefix("jobrelay-rq-").tempdir().unwrap();
-    run_python(dir.path(), &[], script)
 }
 
 /// Runs `script` with the python beside `rq`, in `dir`, with `env`.
