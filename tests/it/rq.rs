@@ -661,3 +661,176 @@ async fn the_rq_layout_refuses_a_cluster_url() {
         "{err}"
     );
 }
+
+/// The job hash's `description` and `data`, the relay's against RQ's own: 2,000 random payloads
+/// (nesting, repeated keys, quotes, escapes, non-ASCII and non-printable characters, numbers of
+/// every form, values on both sides of the 75-character cut) enqueued in the rq layout, then
+/// read by RQ 2.12's Python: `data` through `zlib.decompress` and `json.loads`, the description
+/// against `rq.utils.get_call_string(func, args, kwargs, max_length=75)`.
+#[sqlx::test]
+async fn descriptions_and_data_are_what_rq_makes_of_them(_pool: PgPool) {
+    use rand::{Rng, SeedableRng};
+    let ns = Namespace::new();
+    let enqueuer =
+        Enqueuer::new(ns.prefix.clone(), Duration::from_secs(60)).with_layout(LayoutKind::Rq);
+    let mut con = ns.con().await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+    let mut jobs = Vec::new();
+    let mut payloads = Vec::new();
+    for _ in 0..2000 {
+        let size = [4, 40, 200][rng.random_range(0..3)];
+        let args = random_container(&mut rng, b'[', 0, size);
+        let kwargs = random_container(&mut rng, b'{', 0, size);
+        let payload = format!(r#"{{"args": {args}, "kwargs": {kwargs}}}"#);
+        jobs.push(
+            JobBuilder::new("desc", "app.tasks.f")
+                .payload(payload.clone())
+                .build()
+                .unwrap(),
+        );
+        payloads.push(payload);
+    }
+    for r in enqueuer.enqueue_batch(&mut con, &jobs).await.unwrap() {
+        assert_eq!(r.unwrap(), Outcome::Queued);
+    }
+    let ids: Vec<String> = jobs.iter().map(|j| j.uuid.to_string()).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ids.json");
+    std::fs::write(&path, serde_json::to_string(&(&ids, &payloads)).unwrap()).unwrap();
+    let app = RqApp::new(&ns.url);
+    let out = app.python(&format!(
+        r#"
+import json, os, zlib
+from redis import Redis
+from rq.utils import get_call_string
+r = Redis.from_url(os.environ["JOBRELAY_TEST_REDIS"])
+ids, payloads = json.load(open({path:?}))
+bad = []
+for id, p in zip(ids, payloads):
+    h = r.hgetall({prefix:?} + "rq:job:" + id)
+    f, inst, args, kwargs = json.loads(zlib.decompress(h[b"data"]))
+    want = json.loads(p)
+    if (f, inst, args, kwargs) != ("app.tasks.f", None, want["args"], want["kwargs"]):
+        bad.append(["data", p])
+    d = h[b"description"].decode()
+    rq = get_call_string(f, args, kwargs, max_length=75)
+    if d != rq:
+        bad.append([d, rq])
+print(json.dumps({{"n": len(ids), "bad": bad[:5], "nbad": len(bad)}}))
+"#,
+        path = path.display().to_string(),
+        prefix = ns.prefix,
+    ));
+    let out: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(out["n"], 2000, "{out}");
+    assert_eq!(out["nbad"], 0, "{out:#}");
+}
+
+/// A random JSON array (`open` `[`) or object (`{`) of about `size` characters, as text.
+fn random_container(rng: &mut impl rand::Rng, open: u8, depth: usize, size: usize) -> String {
+    let n = match rng.random_range(0..10) {
+        0 => 0,
+        1 => size / 3 + 1,
+        _ => rng.random_range(1..6),
+    };
+    let mut s = String::new();
+    s.push(open as char);
+    let mut keys: Vec<String> = Vec::new();
+    for i in 0..n {
+        if i > 0 {
+            s.push_str(if rng.random_bool(0.5) { ", " } else { "," });
+        }
+        if rng.random_range(0..4) == 0 {
+            s.push_str(" \n");
+        }
+        if open == b'{' {
+            // Now and then a key given before.
+            let key = match keys.len() {
+                k if k > 0 && rng.random_range(0..6) == 0 => keys[rng.random_range(0..k)].clone(),
+                _ => random_string(rng, size / (n + 1)),
+            };
+            keys.push(key.clone());
+            s.push_str(&key);
+            s.push_str(if rng.random_bool(0.5) { ": " } else { ":" });
+        }
+        s.push_str(&random_value(rng, depth + 1, size / (n + 1)));
+    }
+    s.push(if open == b'[' { ']' } else { '}' });
+    s
+}
+
+fn random_value(rng: &mut impl rand::Rng, depth: usize, size: usize) -> String {
+    const NUMBERS: &[&str] = &[
+        "0",
+        "7",
+        "-17",
+        "2.50",
+        "-0.0",
+        "0.1",
+        "1e5",
+        "1E-7",
+        "1e16",
+        "1.5e+16",
+        "123456789.123",
+        "1e-5",
+        "0.0001",
+        "9007199254740993",
+        "-9223372036854775808",
+        "18446744073709551615",
+        "5e-324",
+        "1e308",
+    ];
+    match rng.random_range(0..10) {
+        0 if depth < 6 => random_container(rng, b'[', depth, size),
+        1 if depth < 6 => random_container(rng, b'{', depth, size),
+        2 => NUMBERS[rng.random_range(0..NUMBERS.len())].to_owned(),
+        3 => rng.random_range(-1_000_000i64..1_000_000).to_string(),
+        4 => ["true", "false", "null"][rng.random_range(0..3)].to_owned(),
+        _ => random_string(rng, size),
+    }
+}
+
+/// A JSON string of up to about `size` characters, some of them escaped.
+fn random_string(rng: &mut impl rand::Rng, size: usize) -> String {
+    const PIECES: &[&str] = &[
+        "a",
+        "b",
+        "word",
+        " ",
+        "'",
+        "\\\"",
+        "\\\\",
+        "\\n",
+        "\\t",
+        "\\r",
+        "\\/",
+        "é",
+        "\\u00e9",
+        "😀",
+        "\\ud83d\\ude00",
+        "\\u0027",
+        "ü",
+        "x",
+        "\\u0001",
+        "\\u007f",
+        "\\u00a0",
+        "\\u00ad",
+        "\\u0085",
+        "\\u2028",
+        "\\u200b",
+        "\\ufeff",
+        "\\u3000",
+        "€",
+        "日本",
+    ];
+    let len = rng.random_range(0..=size.max(1));
+    let mut s = String::from("\"");
+    let mut chars = 0;
+    while chars < len {
+        let p = PIECES[rng.random_range(0..PIECES.len())];
+        s.push_str(p);
+        chars += 1;
+    }
+    s.push('"');
+    s
+}

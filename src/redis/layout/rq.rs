@@ -143,17 +143,9 @@ fn description(func: &str, args: &str, kwargs: &str, out: &mut String) -> Result
         }
         cut(a, out);
     }
-    // Python keeps a repeated key's last value.
-    let last: std::collections::HashMap<&str, usize> = kwargs
-        .iter()
-        .enumerate()
-        .map(|(i, (k, _))| (k.as_str(), i))
-        .collect();
+    // (A repeated key was merged by the parser, as Python's dict does.)
     let mut named: Vec<String> = Vec::with_capacity(kwargs.len());
-    for (i, (k, v)) in kwargs.iter().enumerate() {
-        if last[k.as_str()] != i {
-            continue;
-        }
+    for (k, v) in &kwargs {
         let mut s = String::with_capacity(k.len() + 8);
         s.push_str(k);
         s.push('=');

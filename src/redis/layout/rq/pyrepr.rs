@@ -7,8 +7,9 @@
 //! shortest digits, positional for exponents -4..16), strings (quoted `'...'`, or `"..."` when
 //! the text has a `'` and no `"`, escaped as Python does for ASCII; of the non-ASCII characters
 //! only the usual non-printable ones are escaped), lists and dicts (in the text's order; a key
-//! that repeats is shown twice, where Python keeps its last value once).
+//! that repeats keeps its first place and its last value, as in Python).
 
+use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -66,10 +67,18 @@ impl<'de> Visitor<'de> for PyVisitor {
         }
         Ok(Py::List(v))
     }
+    /// A key that repeats keeps its first place and takes its last value, as Python's dict.
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Py, A::Error> {
-        let mut v = Vec::new();
+        let mut v: Vec<(String, Py)> = Vec::new();
+        let mut at: HashMap<String, usize> = HashMap::new();
         while let Some((k, x)) = map.next_entry::<String, Py>()? {
-            v.push((k, x));
+            match at.get(&k) {
+                Some(&i) => v[i].1 = x,
+                None => {
+                    at.insert(k.clone(), v.len());
+                    v.push((k, x));
+                }
+            }
         }
         Ok(Py::Dict(v))
     }
