@@ -224,8 +224,8 @@ impl Config {
         if layout == crate::redis::layout::LayoutKind::Rq
             && redis_url::topology(&redis_url) == Some(crate::redis::connection::Topology::Cluster)
         {
-            // RQ's client and workers use one redis-py connection (no RedisCluster), and an
-            // RQ job's keys (its hash, its queue, its registries) share no hash tag.
+            // RQ has no Cluster support (rq/rq#1048, open): its transactions and scripts name a
+            // job's hash, queue and registries, which share no hash tag.
             return Err(ConfigError {
                 culprit: "--layout".into(),
                 reason: "rq cannot read a Redis Cluster (RQ has no Cluster support): give the \
