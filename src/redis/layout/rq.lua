@@ -80,7 +80,8 @@ for i = 0, n - 1 do
       if at > now then
         -- RQ's scheduler moves a job once its score <= the current whole second: rounded up,
         -- the job never runs before its run_at.
-        key, want, outcome, score = SCHEDULED .. string.sub(queue_key, NAME_AT), 'zset', 2, math.ceil(at)
+        key, want, outcome = SCHEDULED .. string.sub(queue_key, NAME_AT), 'zset', 2
+        score = math.ceil(at)
       end
     end
     local refusal = wrong_type(key, want, QUEUES)
