@@ -34,9 +34,9 @@
 //! default `postgres://postgres@127.0.0.1:5432/postgres`, dropped at the end) and a Redis
 //! namespace of its own (`bench<random>:` on `REDIS_URL`, deleted at the end, and on SIGINT or
 //! SIGTERM). `BENCH_WORKERS` and `BENCH_BATCH_SIZE` override the relay defaults;
-//! `BENCH_LAYOUT=conveyor` (or `sidekiq`, or `celery`, or `bullmq`) runs the relay in that layout
-//! (default `jobrelay`); in the sidekiq and celery layouts every payload is a JSON array of the
-//! same size (the job's `args`), and so in the bullmq layout (the job's `data`).
+//! `BENCH_LAYOUT=conveyor` (or `sidekiq`, `celery`, `bullmq`, `rq`) runs the relay in that
+//! layout (default `jobrelay`); in the sidekiq, celery and rq layouts every payload is a JSON
+//! array of the same size (the job's `args`), and so in the bullmq layout (the job's `data`).
 
 /// The daemon's allocator (src/main.rs), so that the relay measured here allocates as the
 /// binary's does.
@@ -90,12 +90,12 @@ fn payload(layout: LayoutKind, i: usize) -> Vec<u8> {
     p
 }
 
-/// Whether the layout's payloads are a job's `args`, a JSON array (sidekiq, celery), or must be
-/// JSON anyway (bullmq's `data`: the same arrays).
+/// Whether the layout's payloads are a job's `args`, a JSON array (sidekiq, celery, rq), or must
+/// be JSON anyway (bullmq's `data`: the same arrays).
 fn takes_args(layout: LayoutKind) -> bool {
     matches!(
         layout,
-        LayoutKind::Sidekiq | LayoutKind::Celery | LayoutKind::Bullmq
+        LayoutKind::Sidekiq | LayoutKind::Celery | LayoutKind::Bullmq | LayoutKind::Rq
     )
 }
 
@@ -120,7 +120,8 @@ pub struct Args {
     pub insert_seconds: f64,
     pub workers: usize,
     pub batch_size: usize,
-    /// `BENCH_LAYOUT`: the Redis layout (`jobrelay`, `conveyor`, `sidekiq`, `celery` or `bullmq`).
+    /// `BENCH_LAYOUT`: the Redis layout (`jobrelay`, `conveyor`, `sidekiq`, `celery`, `bullmq` or
+    /// `rq`).
     pub layout: LayoutKind,
     /// `BENCH_BACKLOG_ROWS`: the backlog one worker drains in `backlog` (default 1,000,000).
     pub backlog_rows: usize,
@@ -653,6 +654,8 @@ async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, B
                             }
                             // The wait list holds the job ids: the uuids.
                             LayoutKind::Bullmq => String::from_utf8(bytes).expect("a job id"),
+                            // RQ's queue holds job ids: the uuid itself.
+                            LayoutKind::Rq => String::from_utf8(bytes).expect("a job id"),
                         };
                         popped.insert(uuid.parse().expect("a uuid"), now);
                         seen += 1;

@@ -79,8 +79,8 @@ pub struct Flags {
     #[arg(long, global = true, value_name = "PREFIX")]
     pub namespace: Option<String>,
     /// Redis layout: `jobrelay`, `conveyor` for the Go job runner conveyor, `sidekiq` for the
-    /// Ruby job runner Sidekiq, `celery` for Celery 5 on its Redis broker, or `bullmq` for
-    /// the Node.js job runner BullMQ
+    /// Ruby job runner Sidekiq, `celery` for Celery 5 on its Redis broker, `bullmq` for the
+    /// Node.js job runner BullMQ, or `rq` for the Python job runner RQ 2.x
     /// [env: JOBRELAY_LAYOUT] [default: jobrelay]
     #[arg(long, global = true, value_name = "LAYOUT")]
     pub layout: Option<String>,

@@ -243,6 +243,18 @@ impl Config {
                     .into(),
             });
         }
+        if layout == crate::redis::layout::LayoutKind::Rq
+            && redis_url::topology(&redis_url) == Some(crate::redis::connection::Topology::Cluster)
+        {
+            // RQ has no Cluster support (rq/rq#1048, open): its transactions and scripts name a
+            // job's hash, queue and registries, which share no hash tag.
+            return Err(ConfigError {
+                culprit: "--layout".into(),
+                reason: "rq cannot read a Redis Cluster (RQ has no Cluster support): give the \
+                         URL of the Redis its workers use"
+                    .into(),
+            });
+        }
         if redis_url::topology(&redis_url) == Some(crate::redis::connection::Topology::Cluster)
             && !redis_url::namespace_is_one_slot(&namespace)
         {

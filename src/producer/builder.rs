@@ -149,7 +149,7 @@ impl JobBuilder {
         self
     }
 
-    /// The arguments of a Celery task (`--layout celery`): the payload
+    /// The arguments of a Celery task (`--layout celery`) or an RQ job (`--layout rq`): the payload
     /// `{"args": [...], "kwargs": {...}}`, the positional arguments `args` (which must serialise
     /// to a JSON array: a `Vec`, slice, array or tuple) and the keyword arguments `kwargs` (a JSON
     /// object: a map with string keys or a struct). The worker calls the task as

@@ -8,6 +8,7 @@
 //! - `conveyor`: the conveyor layout, checked by a Rust port of conveyor's consumer;
 //! - `sidekiq`: the sidekiq layout, checked by the real Sidekiq worker and API;
 //! - `celery`: the celery layout, checked by a real Celery worker;
+//! - `rq`: the rq layout, checked by real RQ workers and RQ's API;
 //! - `config`: flags, environment, files, validation;
 //! - `ops`: metrics, probes, TLS, secrets, `check`, roles, deploy files, the HTTP listener;
 //! - `bench`: the benchmark programs run tiny so that they cannot rot.
@@ -28,5 +29,6 @@ mod ops;
 mod producer;
 mod producer_only;
 mod relay;
+mod rq;
 mod sidekiq;
 mod wakeup;

@@ -18,6 +18,9 @@
 //! - [`LayoutKind::Bullmq`] (`--layout bullmq`): what a [BullMQ](https://github.com/taskforcesh/bullmq)
 //!   6.x `Worker` reads: the job hash, wait list, delayed set, marker and events stream that
 //!   `Queue.add` writes for a custom job id. No flows.
+//! - [`LayoutKind::Rq`] (`--layout rq`): what an [RQ](https://python-rq.org) 2.x worker with
+//!   the JSON serializer reads: RQ's job hash, its queue's list of ids and its scheduled
+//!   registry. No flows.
 //!
 //! Another runner's layout is one more implementation of [`Layout`] and one more variant.
 
@@ -25,6 +28,7 @@ mod bullmq;
 mod celery;
 mod conveyor;
 mod jobrelay;
+mod rq;
 mod sidekiq;
 
 pub(crate) use self::sidekiq::args_of as sidekiq_args_of;
@@ -52,16 +56,19 @@ pub enum LayoutKind {
     Celery,
     /// The layout of the Node.js job runner BullMQ (6.x, 5.56 on).
     Bullmq,
+    /// The layout of the Python job runner RQ 2.x (JSON serializer).
+    Rq,
 }
 
 impl LayoutKind {
     /// Every layout, in the order `--help` lists them.
-    pub const ALL: [LayoutKind; 5] = [
+    pub const ALL: [LayoutKind; 6] = [
         LayoutKind::Jobrelay,
         LayoutKind::Conveyor,
         LayoutKind::Sidekiq,
         LayoutKind::Celery,
         LayoutKind::Bullmq,
+        LayoutKind::Rq,
     ];
 
     /// The name `--layout` takes.
@@ -72,6 +79,7 @@ impl LayoutKind {
             LayoutKind::Sidekiq => "sidekiq",
             LayoutKind::Celery => "celery",
             LayoutKind::Bullmq => "bullmq",
+            LayoutKind::Rq => "rq",
         }
     }
 
@@ -83,6 +91,7 @@ impl LayoutKind {
             LayoutKind::Sidekiq => &sidekiq::SIDEKIQ,
             LayoutKind::Celery => &celery::CELERY,
             LayoutKind::Bullmq => &bullmq::BULLMQ,
+            LayoutKind::Rq => &rq::RQ,
         }
     }
 }

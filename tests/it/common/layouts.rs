@@ -43,14 +43,16 @@ impl TestLayout {
             LayoutKind::Sidekiq => queues + 1,
             // The wait list, and the `id` counter, `meta` hash, `events` stream and `marker`.
             LayoutKind::Bullmq => 5 * queues,
+            // And the set `rq:queues` that names them.
+            LayoutKind::Rq => queues + 1,
         }
     }
 
-    /// How many keys one job makes besides its queue's: its marker, and in the bullmq layout
-    /// its job hash.
+    /// How many keys one job makes besides its queue's: its marker, and in the bullmq and rq
+    /// layouts its job hash.
     pub fn keys_per_job(self) -> i64 {
         match self.0 {
-            LayoutKind::Bullmq => 2,
+            LayoutKind::Bullmq | LayoutKind::Rq => 2,
             _ => 1,
         }
     }
@@ -85,6 +87,8 @@ impl TestLayout {
             }
             // The wait list holds job ids: the uuids.
             LayoutKind::Bullmq => String::from_utf8(bytes.to_vec()).expect("a job id"),
+            // RQ's queue holds job ids: the uuid itself.
+            LayoutKind::Rq => std::str::from_utf8(bytes).expect("a job id").to_owned(),
         }
     }
 }
@@ -114,6 +118,11 @@ macro_rules! per_layout {
             #[sqlx::test]
             async fn bullmq(pool: PgPool) {
                 super::$suite(pool, TestLayout(jobrelay::LayoutKind::Bullmq)).await
+            }
+
+            #[sqlx::test]
+            async fn rq(pool: PgPool) {
+                super::$suite(pool, TestLayout(jobrelay::LayoutKind::Rq)).await
             }
         }
     };

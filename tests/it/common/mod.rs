@@ -17,6 +17,7 @@ pub mod pg_server;
 pub mod pgbouncer;
 pub mod proxy;
 pub mod redis_server;
+pub mod rq;
 pub mod sentinel;
 pub mod sidekiq;
 

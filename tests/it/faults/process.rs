@@ -41,7 +41,8 @@ async fn kill_9_five_times_during_a_drain_loses_and_doubles_nothing(
     t.assert_exactly_once();
     assert_eq!(in_redis.len(), ROWS as usize);
     assert_eq!(dead_count(&pool).await, 0);
-    // One marker per job and the queue: nothing else was written.
+    // One marker per job (and in the bullmq and rq layouts its job hash) and the queue: nothing
+    // else was written.
     assert_eq!(
         dbsize(&ns).await,
         ROWS * layout.keys_per_job() + layout.keys_of_queues(1)

@@ -1,0 +1,144 @@
+-- jobrelay enqueue script, rq layout (docs/layouts.md#rq): what RQ 2.x's client writes for
+-- Queue.enqueue / enqueue_at (rq/queue.py _enqueue_async_job, schedule_job; rq/job.py
+-- Job.to_dict; the unique enqueue of rq/scripts.py does the same in one script), for a batch of
+-- jobs, in one atomic call, with a dedup marker of jobrelay's own. Helpers: prelude.lua,
+-- prepended.
+--
+-- KEYS     2 per job: marker key (<ns>jobrelay:rq:<uuid>), queue key (<ns>rq:queue:<queue>)
+--          (declared as in the other layouts; RQ itself has no Cluster support and the relay
+--          refuses a Cluster URL in this layout)
+-- ARGV[1]  key namespace, a raw prefix (empty for a stock RQ)
+-- ARGV[2]  dedup marker TTL in milliseconds ("0": the marker never expires)
+-- then 6 values per job: route, created_at, enqueued_at, data, description, meta
+-- where route is "" for a job without run_at, else run_at in epoch seconds (decimal); meta is
+-- "" for none.
+--
+-- Per job, unless its marker exists, the same uuid came earlier in this call, or a job hash
+-- rq:job:<uuid> exists (RQ's own job of that id, or one RQ keeps after it ran): duplicate (5),
+-- nothing written. Else:
+--   run_at later than Redis's TIME -> HSET <ns>rq:job:<uuid> ... status scheduled,
+--                                     ZADD <ns>rq:scheduled:<queue> <ceil(run_at)> <uuid>,
+--                                     SADD <ns>rq:queues <queue key>                (outcome 2)
+--   otherwise                      -> HSET <ns>rq:job:<uuid> ... enqueued_at, status queued,
+--                                     RPUSH <ns>rq:queue:<queue> <uuid>,
+--                                     SADD <ns>rq:queues <queue key>                (outcome 1)
+-- A key of another type refuses the job (a string answer; nothing written for it, no marker).
+-- The marker holds the queue's key. Markers are written last.
+local ns = ARGV[1]
+local ttl = ARGV[2]
+local FIELDS = 6
+local n = #KEYS / 2
+local QUEUES = ns .. 'rq:queues'
+local JOB = ns .. 'rq:job:'
+local SCHEDULED = ns .. 'rq:scheduled:'
+-- Where a queue's name starts in its key <ns>rq:queue:<name>.
+local NAME_AT = #ns + #'rq:queue:' + 1
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+
+-- The job hashes of the call: if none exists (almost always), no per-job look.
+local job_keys = {}
+for i = 0, n - 1 do
+  job_keys[i + 1] = JOB .. string.sub(KEYS[2 * i + 1], -36)
+end
+local some_jobs = false
+for s = 1, n, CHUNK do
+  if redis.call('EXISTS', unpack(job_keys, s, math.min(s + CHUNK - 1, n))) > 0 then
+    some_jobs = true
+    break
+  end
+end
+
+local markers = {}
+local seen = {}
+local result = {}
+-- RPUSH per queue, ZADD per scheduled registry, SADD of each queue key once.
+local pushes, push_keys = {}, {}
+local zadds, zadd_keys = {}, {}
+local pushed, queue_keys = {}, {}
+
+local some_exist = any_marker_exists(n)
+
+for i = 0, n - 1 do
+  local b = 2 + i * FIELDS
+  local marker, queue_key = KEYS[2 * i + 1], KEYS[2 * i + 2]
+  local route = ARGV[b + 1]
+  local job_key = job_keys[i + 1]
+  local job_type = some_jobs and type_of(job_key) or 'none'
+  if seen[marker] or job_type == 'hash' or (some_exist and redis.call('EXISTS', marker) == 1) then
+    result[i + 1] = 5
+  elseif job_type ~= 'none' then
+    result[i + 1] = 'WRONGTYPE key ' .. job_key .. ' holds a ' .. job_type .. ', not a hash'
+  else
+    local key, want, outcome, score = queue_key, 'list', 1, nil
+    if route ~= '' then
+      local at = tonumber(route)
+      if at == nil then
+        return redis.error_reply('rq enqueue script: malformed run_at ' .. route)
+      end
+      if at > now then
+        -- RQ's scheduler moves a job once its score <= the current whole second: rounded up,
+        -- the job never runs before its run_at.
+        key, want, outcome = SCHEDULED .. string.sub(queue_key, NAME_AT), 'zset', 2
+        score = math.ceil(at)
+      end
+    end
+    local refusal = wrong_type(key, want, QUEUES)
+    if refusal then
+      result[i + 1] = refusal
+    else
+      seen[marker] = true
+      types[job_key] = 'hash'
+      types[key] = want
+      types[QUEUES] = 'set'
+      local uuid = string.sub(marker, -36)
+      local h = {
+        'created_at', ARGV[b + 2],
+        'data', ARGV[b + 4],
+        'success_callback_name', '',
+        'failure_callback_name', '',
+        'stopped_callback_name', '',
+        'started_at', '',
+        'ended_at', '',
+        'last_heartbeat', '',
+        'worker_name', '',
+        'group_id', '',
+        'origin', string.sub(queue_key, NAME_AT),
+        'description', ARGV[b + 5],
+      }
+      if outcome == 1 then
+        h[#h + 1] = 'enqueued_at'
+        h[#h + 1] = ARGV[b + 3]
+      end
+      h[#h + 1] = 'timeout'
+      h[#h + 1] = '180'
+      h[#h + 1] = 'status'
+      h[#h + 1] = outcome == 1 and 'queued' or 'scheduled'
+      if ARGV[b + 6] ~= '' then
+        h[#h + 1] = 'meta'
+        h[#h + 1] = ARGV[b + 6]
+      end
+      redis.call('HSET', job_key, unpack(h))
+      if outcome == 1 then
+        append(pushes, push_keys, key, uuid)
+      else
+        append(zadds, zadd_keys, key, score)
+        append(zadds, zadd_keys, key, uuid)
+      end
+      if not pushed[queue_key] then
+        pushed[queue_key] = true
+        queue_keys[#queue_keys + 1] = queue_key
+      end
+      markers[#markers + 1] = marker
+      markers[#markers + 1] = queue_key
+      result[i + 1] = outcome
+    end
+  end
+end
+
+for _, key in ipairs(push_keys) do variadic('RPUSH', key, pushes[key]) end
+for _, key in ipairs(zadd_keys) do variadic('ZADD', key, zadds[key]) end
+if #queue_keys > 0 then variadic('SADD', QUEUES, queue_keys) end
+write_markers(markers, ttl)
+return result

@@ -1,0 +1,527 @@
+//! The layout of [RQ](https://python-rq.org) 2.x, the Python job runner (docs/layouts.md, "rq"):
+//! what RQ's own client writes for `Queue.enqueue` / `Queue.enqueue_at` with the JSON
+//! serializer, so that an unmodified `rq worker --serializer rq.serializers.JSONSerializer`
+//! runs the jobs and `rq info`, `Queue.count` and the registries show them as their own.
+//!
+//! - The job is RQ's hash `rq:job:<uuid>` with the fields of `Job.to_dict` (rq/job.py) as
+//!   `Queue._enqueue_async_job` / `schedule_job` (rq/queue.py) leave them for a job enqueued with
+//!   the queue's defaults: `created_at` (the row's), `data`, the empty callback names and
+//!   run-time fields, `origin` (the queue), `description` (`get_call_string`), `enqueued_at`
+//!   (queued jobs only), `timeout` (`180`, RQ's `DEFAULT_JOB_TIMEOUT`), `status` (`queued` or
+//!   `scheduled`), and `meta` (the row's headers as a JSON object, if any).
+//! - `data` is the JSON serializer's encoding of `(func_name, instance, args, kwargs)`:
+//!   `["<job_type>", null, <args>, <kwargs>]`, the args and kwargs as the row wrote them, in a
+//!   zlib stream (`Job.to_dict` compresses with `zlib.compress`; the relay writes the stream's
+//!   stored form, which `zlib.decompress` reads alike, without spending CPU on deflate).
+//! - The queue's list `rq:queue:<q>` gets the job's id (`RPUSH`, as `Queue.push_job_id`), the
+//!   set `rq:queues` the queue's key; a job whose `run_at` is ahead goes, by id, into the
+//!   scheduled registry `rq:scheduled:<q>` (score: `run_at` in epoch seconds rounded up, so that
+//!   RQ's scheduler, which compares whole seconds, never runs it early).
+//! - RQ's keys have no configurable prefix: `--namespace` is a raw prefix, empty for a stock RQ.
+//! - The dedup marker `<ns>jobrelay:rq:<uuid>`; a job hash of the same id (RQ's own job, or one
+//!   the relay wrote and RQ keeps for its `result_ttl`) makes the job a duplicate too.
+//! - No flows: RQ's `depends_on` takes a dependency that does not exist (yet) for met, so a row
+//!   naming a predecessor not yet relayed would run first; rows naming a parent or a predecessor
+//!   are [`Unfit`], and so is a payload that is neither a JSON array nor `{"args", "kwargs"}`.
+
+mod pyrepr;
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use self::pyrepr::Py;
+use super::{push_keys, Layout, LayoutKind, Unfit};
+use crate::job::{epoch_score, Job};
+
+/// The layout.
+pub(super) static RQ: Rq = Rq;
+
+/// See the module.
+#[derive(Debug)]
+pub(super) struct Rq;
+
+/// The marker key's infix: `<ns>jobrelay:rq:<uuid>`.
+const MARKER_INFIX: &str = "jobrelay:rq:";
+
+/// RQ's queue key prefix (`Queue.redis_queue_namespace_prefix`).
+const QUEUE_INFIX: &str = "rq:queue:";
+
+/// `get_call_string`'s `max_length` for each argument's repr (`Job.get_call_string`).
+const DESCRIPTION_ARG_CHARS: usize = 75;
+
+/// What one job adds to a script call besides its encoding, the namespace (twice) and its queue
+/// name: the marker key's infix and uuid (48), `rq:queue:` (9), the route (at most 24), the
+/// framing of eight bulk strings (5 each plus the digits of their lengths, at most 10 each).
+const ARGS_OVERHEAD: usize = 200;
+
+/// The row's payload as RQ's args and kwargs (JSON text), or why it has none.
+fn split_payload(payload: &[u8]) -> Result<(&str, &str), Unfit> {
+    const SHAPE: &str = "the rq layout needs the payload to be a JSON array of args or an object \
+                         {\"args\": [...], \"kwargs\": {...}}";
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct ArgsKwargs<'a> {
+        #[serde(borrow, default)]
+        args: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        kwargs: Option<&'a RawValue>,
+    }
+    let text = std::str::from_utf8(payload)
+        .map_err(|e| Unfit(format!("{SHAPE}; it is not UTF-8: {e}")))?;
+    let raw: &RawValue =
+        serde_json::from_str(text).map_err(|e| Unfit(format!("{SHAPE}; it is not JSON: {e}")))?;
+    let raw = raw
+        .get()
+        .trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
+    match raw.as_bytes().first() {
+        Some(b'[') => Ok((raw, "{}")),
+        Some(b'{') => {
+            let o: ArgsKwargs<'_> =
+                serde_json::from_str(raw).map_err(|e| Unfit(format!("{SHAPE}: {e}")))?;
+            let args = o.args.map_or("[]", RawValue::get);
+            let kwargs = o.kwargs.map_or("{}", RawValue::get);
+            if !args.starts_with('[') {
+                return Err(Unfit(format!("{SHAPE}; \"args\" is not an array")));
+            }
+            if !kwargs.starts_with('{') {
+                return Err(Unfit(format!("{SHAPE}; \"kwargs\" is not an object")));
+            }
+            Ok((args, kwargs))
+        }
+        _ => Err(Unfit(format!(
+            "{SHAPE}, not {}",
+            if raw.len() > 40 {
+                format!("{}...", raw.chars().take(40).collect::<String>())
+            } else {
+                raw.to_owned()
+            }
+        ))),
+    }
+}
+
+/// RQ's `utcformat`: `%Y-%m-%dT%H:%M:%S.%fZ`.
+fn utcformat(t: DateTime<Utc>, buf: &mut Vec<u8>) {
+    use std::io::Write as _;
+    let _ = write!(buf, "{}", t.format("%Y-%m-%dT%H:%M:%S%.6fZ"));
+}
+
+/// `s` as a JSON string.
+fn json_str(s: &str, buf: &mut Vec<u8>) {
+    serde_json::to_writer(&mut *buf, s).expect("a string serialises");
+}
+
+/// RQ's `get_call_string(func_name, args, kwargs, max_length=75)`: `func(repr(a), ...,
+/// k=repr(v), ...)`, each repr cut to 75 characters and `...`, the keyword arguments sorted.
+fn description(func: &str, args: &str, kwargs: &str, out: &mut String) -> Result<(), Unfit> {
+    let bad = |e: serde_json::Error| Unfit(format!("cannot read the args and kwargs: {e}"));
+    let args: Vec<Py> = serde_json::from_str(args).map_err(bad)?;
+    let kwargs: Vec<(String, Py)> = match serde_json::from_str(kwargs).map_err(bad)? {
+        Py::Dict(d) => d,
+        _ => Vec::new(),
+    };
+    out.push_str(func);
+    out.push('(');
+    let mut one = String::new();
+    let mut cut = |v: &Py, out: &mut String| {
+        one.clear();
+        // Past 4 bytes a character, the repr is surely longer than the cut.
+        v.repr(&mut one, 4 * DESCRIPTION_ARG_CHARS + 4);
+        match one.char_indices().nth(DESCRIPTION_ARG_CHARS) {
+            Some((at, _)) => {
+                out.push_str(&one[..at]);
+                out.push_str("...");
+            }
+            None => out.push_str(&one),
+        }
+    };
+    for (i, a) in args.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        cut(a, out);
+    }
+    // (A repeated key was merged by the parser, as Python's dict does.)
+    let mut named: Vec<String> = Vec::with_capacity(kwargs.len());
+    for (k, v) in &kwargs {
+        let mut s = String::with_capacity(k.len() + 8);
+        s.push_str(k);
+        s.push('=');
+        cut(v, &mut s);
+        named.push(s);
+    }
+    named.sort_unstable();
+    for (i, s) in named.iter().enumerate() {
+        if i > 0 || !args.is_empty() {
+            out.push_str(", ");
+        }
+        out.push_str(s);
+    }
+    out.push(')');
+    Ok(())
+}
+
+/// A zlib stream (RFC 1950) of `data` in stored (uncompressed) deflate blocks, into `buf`.
+fn zlib_stored(data: &[u8], buf: &mut Vec<u8>) {
+    // CMF 0x78 (deflate, 32K window), FLG 0x01 (no dictionary, fastest; 0x7801 % 31 == 0).
+    buf.extend_from_slice(&[0x78, 0x01]);
+    let mut chunks = data.chunks(0xffff).peekable();
+    if chunks.peek().is_none() {
+        buf.extend_from_slice(&[0x01, 0x00, 0x00, 0xff, 0xff]);
+    }
+    while let Some(c) = chunks.next() {
+        let last = chunks.peek().is_none();
+        let len = c.len() as u16;
+        buf.push(u8::from(last));
+        buf.extend_from_slice(&len.to_le_bytes());
+        buf.extend_from_slice(&(!len).to_le_bytes());
+        buf.extend_from_slice(c);
+    }
+    buf.extend_from_slice(&adler32(data).to_be_bytes());
+}
+
+fn adler32(data: &[u8]) -> u32 {
+    const MOD: u32 = 65521;
+    let (mut a, mut b) = (1u32, 0u32);
+    // 5552: the most bytes before b can overflow a u32 (zlib's NMAX).
+    for chunk in data.chunks(5552) {
+        for &x in chunk {
+            a += u32::from(x);
+            b += a;
+        }
+        a %= MOD;
+        b %= MOD;
+    }
+    (b << 16) | a
+}
+
+/// The encoding's fields, in order: each a 4-byte big-endian length, then the bytes. The script
+/// gets them as separate arguments ([`Layout::push_args`]).
+const FIELDS: usize = 5;
+
+fn field(buf: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
+    let at = buf.len();
+    buf.extend_from_slice(&[0; 4]);
+    write(buf);
+    let len = (buf.len() - at - 4) as u32;
+    buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+/// The fields of an encoding.
+fn fields(encoded: &[u8]) -> [&[u8]; FIELDS] {
+    let mut out = [&encoded[..0]; FIELDS];
+    let mut rest = encoded;
+    for f in &mut out {
+        if rest.len() < 4 {
+            break;
+        }
+        let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        let end = (4 + len).min(rest.len());
+        *f = &rest[4..end];
+        rest = &rest[end..];
+    }
+    out
+}
+
+impl Rq {
+    /// `created_at`, `enqueued_at` (empty for a job with a `run_at`: the script adds it only if
+    /// the job is queued), `data`, `description`, `meta` (empty: none).
+    fn encode_fields(job: &Job, now: DateTime<Utc>, buf: &mut Vec<u8>) -> Result<(), Unfit> {
+        let named: Vec<String> = [
+            ("parent_uuid", job.parent_uuid),
+            ("predecessor_uuid", job.predecessor_uuid),
+        ]
+        .into_iter()
+        .filter_map(|(column, u)| u.map(|u| format!("{column} {u}")))
+        .collect();
+        if !named.is_empty() {
+            return Err(Unfit(format!(
+                "the rq layout has no flows (RQ's depends_on takes a job that does not exist yet \
+                 for finished, and RQ has no parent jobs): the row names {}",
+                named.join(" and ")
+            )));
+        }
+        let (args, kwargs) = split_payload(&job.payload)?;
+        let mut desc = String::with_capacity(job.job_type.len() + args.len() + kwargs.len() + 8);
+        description(&job.job_type, args, kwargs, &mut desc)?;
+        field(buf, |b| utcformat(job.created_at, b));
+        field(buf, |b| utcformat(now, b));
+        let mut data = Vec::with_capacity(job.job_type.len() + args.len() + kwargs.len() + 16);
+        data.push(b'[');
+        json_str(&job.job_type, &mut data);
+        data.extend_from_slice(b", null, ");
+        data.extend_from_slice(args.as_bytes());
+        data.extend_from_slice(b", ");
+        data.extend_from_slice(kwargs.as_bytes());
+        data.push(b']');
+        field(buf, |b| zlib_stored(&data, b));
+        field(buf, |b| b.extend_from_slice(desc.as_bytes()));
+        field(buf, |b| {
+            if job.headers.is_empty() {
+                return;
+            }
+            // json.dumps of a dict of strings.
+            b.push(b'{');
+            for (i, (k, v)) in job.headers.iter().enumerate() {
+                if i > 0 {
+                    b.extend_from_slice(b", ");
+                }
+                json_str(k, b);
+                b.extend_from_slice(b": ");
+                json_str(v, b);
+            }
+            b.push(b'}');
+        });
+        Ok(())
+    }
+}
+
+impl Layout for Rq {
+    fn kind(&self) -> LayoutKind {
+        LayoutKind::Rq
+    }
+
+    fn script(&self) -> &'static str {
+        concat!(include_str!("prelude.lua"), include_str!("rq.lua"))
+    }
+
+    fn encode(&self, job: &Job, buf: &mut Vec<u8>) -> std::result::Result<(), Unfit> {
+        Rq::encode_fields(job, Utc::now(), buf)
+    }
+
+    /// Two keys, the marker key and the queue key, and six arguments: the route (empty for a
+    /// job without `run_at`, else `run_at` in epoch seconds), then the encoding's fields.
+    fn push_args(
+        &self,
+        inv: &mut redis::ScriptInvocation<'_>,
+        namespace: &str,
+        job: &Job,
+        encoded: &[u8],
+        key: &mut String,
+    ) {
+        push_keys(self, inv, namespace, job, key);
+        if let Some(at) = job.run_at {
+            let _ = write!(key, "{}", epoch_score(at));
+        }
+        inv.arg(&*key);
+        for f in fields(encoded) {
+            inv.arg(f);
+        }
+    }
+
+    fn args_overhead(&self, namespace: &str, job: &Job, _encoded_len: usize) -> usize {
+        2 * namespace.len() + job.queue.len() + ARGS_OVERHEAD
+    }
+
+    fn marker_infix(&self) -> &'static str {
+        MARKER_INFIX
+    }
+
+    fn queue_infix(&self) -> &'static str {
+        QUEUE_INFIX
+    }
+
+    fn orders_flows(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::io::Read as _;
+
+    const ID: &str = "6f1c2a3b-4d5e-4f60-8a71-92b3c4d5e6f7";
+
+    fn job(payload: &str) -> Job {
+        Job {
+            uuid: ID.parse().unwrap(),
+            queue: "emails".into(),
+            job_type: "app.tasks.send_welcome".into(),
+            payload: payload.as_bytes().to_vec(),
+            parent_uuid: None,
+            predecessor_uuid: None,
+            dead_parent: false,
+            run_at: None,
+            created_at: DateTime::from_timestamp(1_700_000_000, 654_321_000).unwrap(),
+            headers: BTreeMap::new(),
+        }
+    }
+
+    fn encoded(j: &Job) -> Vec<Vec<u8>> {
+        let mut buf = Vec::new();
+        Rq::encode_fields(
+            j,
+            DateTime::from_timestamp(1_700_000_001, 5_000).unwrap(),
+            &mut buf,
+        )
+        .unwrap();
+        fields(&buf).iter().map(|f| f.to_vec()).collect()
+    }
+
+    fn unzip(z: &[u8]) -> String {
+        // A reader of our own would prove nothing: check the stream's framing by hand and
+        // its checksum against the data.
+        assert_eq!(&z[..2], &[0x78, 0x01]);
+        let mut out = Vec::new();
+        let mut at = 2;
+        loop {
+            let last = z[at] & 1 == 1;
+            assert_eq!(z[at] >> 1, 0, "stored block");
+            let len = u16::from_le_bytes([z[at + 1], z[at + 2]]) as usize;
+            let nlen = u16::from_le_bytes([z[at + 3], z[at + 4]]) as usize;
+            assert_eq!(len, !nlen & 0xffff);
+            out.extend_from_slice(&z[at + 5..at + 5 + len]);
+            at += 5 + len;
+            if last {
+                break;
+            }
+        }
+        let mut sum = [0u8; 4];
+        (&z[at..]).read_exact(&mut sum).unwrap();
+        assert_eq!(u32::from_be_bytes(sum), adler32(&out));
+        assert_eq!(at + 4, z.len());
+        String::from_utf8(out).unwrap()
+    }
+
+    /// What `Queue('emails', serializer=JSONSerializer).enqueue('app.tasks.send_welcome', 42,
+    /// 'x', lang='de')` writes (RQ 2.12.0): data `["app.tasks.send_welcome", null, [42, "x"],
+    /// {"lang": "de"}]`, description `app.tasks.send_welcome(42, 'x', lang='de')`.
+    #[test]
+    fn writes_what_rq_writes() {
+        let f = encoded(&job(r#"{"args": [42, "x"], "kwargs": {"lang": "de"}}"#));
+        assert_eq!(f[0], b"2023-11-14T22:13:20.654321Z");
+        assert_eq!(f[1], b"2023-11-14T22:13:21.000005Z");
+        assert_eq!(
+            unzip(&f[2]),
+            r#"["app.tasks.send_welcome", null, [42, "x"], {"lang": "de"}]"#
+        );
+        assert_eq!(f[3], b"app.tasks.send_welcome(42, 'x', lang='de')");
+        assert_eq!(f[4], b"");
+    }
+
+    #[test]
+    fn an_array_is_the_args_and_headers_are_the_meta() {
+        let mut j = job(r#" [1, 2.50, {"b": 1, "a": [true, null]}] "#);
+        j.headers = BTreeMap::from([
+            ("traceparent".to_owned(), "00-ab".to_owned()),
+            ("a\"b".to_owned(), "é".to_owned()),
+        ]);
+        let f = encoded(&j);
+        assert_eq!(
+            unzip(&f[2]),
+            r#"["app.tasks.send_welcome", null, [1, 2.50, {"b": 1, "a": [true, null]}], {}]"#
+        );
+        assert_eq!(
+            String::from_utf8(f[3].clone()).unwrap(),
+            "app.tasks.send_welcome(1, 2.5, {'b': 1, 'a': [True, None]})"
+        );
+        assert_eq!(
+            String::from_utf8(f[4].clone()).unwrap(),
+            r#"{"a\"b": "é", "traceparent": "00-ab"}"#
+        );
+    }
+
+    #[test]
+    fn description_cuts_and_sorts_as_get_call_string() {
+        let long = "y".repeat(100);
+        let mut out = String::new();
+        description(
+            "f",
+            &format!(r#"["{long}"]"#),
+            r#"{"z": 1, "b": [1, 2], "a": "x", "b": 3}"#,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            format!("f('{}..., a='x', b=3, z=1)", &format!("'{long}")[1..75])
+        );
+        let mut out = String::new();
+        description("f", "[]", "{}", &mut out).unwrap();
+        assert_eq!(out, "f()");
+        let mut out = String::new();
+        description("f", "[]", r#"{"k": null}"#, &mut out).unwrap();
+        assert_eq!(out, "f(k=None)");
+    }
+
+    #[test]
+    fn zlib_framing_of_long_and_empty_data() {
+        for n in [0, 1, 0xffff, 0x10000, 200_000] {
+            let data: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+            let mut z = Vec::new();
+            zlib_stored(&data, &mut z);
+            // The known checksum of the empty input is 1.
+            if n == 0 {
+                assert_eq!(&z[z.len() - 4..], &[0, 0, 0, 1]);
+            }
+            assert_eq!(unzip_bytes(&z), data);
+        }
+    }
+
+    fn unzip_bytes(z: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut at = 2;
+        loop {
+            let last = z[at] & 1 == 1;
+            let len = u16::from_le_bytes([z[at + 1], z[at + 2]]) as usize;
+            out.extend_from_slice(&z[at + 5..at + 5 + len]);
+            at += 5 + len;
+            if last {
+                break;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn rows_that_do_not_fit() {
+        for (payload, why) in [
+            ("", "not JSON"),
+            ("\"x\"", "not \"x\""),
+            ("42", "not 42"),
+            ("{\"args\": {}}", "\"args\" is not an array"),
+            ("{\"kwargs\": []}", "\"kwargs\" is not an object"),
+            ("{\"args\": [], \"kwarg\": {}}", "unknown field `kwarg`"),
+        ] {
+            let mut buf = Vec::new();
+            let e = RQ.encode(&job(payload), &mut buf).unwrap_err();
+            assert!(
+                e.0.contains(why) && e.0.contains("rq layout"),
+                "{payload:?}: {e}"
+            );
+        }
+        let mut j = job("[]");
+        j.payload = vec![b'[', 0xff, b']'];
+        assert!(RQ
+            .encode(&j, &mut Vec::new())
+            .unwrap_err()
+            .0
+            .contains("UTF-8"));
+        let mut j = job("[]");
+        j.predecessor_uuid = Some(j.uuid);
+        let e = RQ.encode(&j, &mut Vec::new()).unwrap_err().0;
+        assert!(
+            e.contains("no flows") && e.contains("predecessor_uuid"),
+            "{e}"
+        );
+        let mut j = job("[]");
+        j.parent_uuid = Some(j.uuid);
+        assert!(RQ
+            .encode(&j, &mut Vec::new())
+            .unwrap_err()
+            .0
+            .contains("parent_uuid"));
+    }
+
+    #[test]
+    fn keys() {
+        let u = ID.parse().unwrap();
+        assert_eq!(RQ.marker_key("", u), format!("jobrelay:rq:{ID}"));
+        assert_eq!(RQ.queue_key("", "emails"), "rq:queue:emails");
+        assert_eq!(RQ.queue_key("x:", "emails"), "x:rq:queue:emails");
+    }
+}
