@@ -33,11 +33,10 @@ use std::io::Write as _;
 
 use base64::write::EncoderWriter;
 use chrono::{SecondsFormat, Utc};
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use self::saferepr::saferepr;
+use super::args_kwargs::split_payload;
 use super::{push_keys, Layout, LayoutKind, Unfit};
 use crate::job::Job;
 
@@ -104,52 +103,9 @@ fn is_reserved_header(name: &str) -> bool {
     RESERVED_HEADERS.contains(&name)
 }
 
-/// The object form of a payload.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ArgsKwargs<'a> {
-    #[serde(borrow, default)]
-    args: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    kwargs: Option<&'a RawValue>,
-}
-
-/// `args` and `kwargs` of a payload, as JSON text, or why it has none.
-fn split_payload(payload: &[u8]) -> Result<(&str, &str), Unfit> {
-    const SHAPE: &str = "the payload must be a JSON array of args or an object \
-                         {\"args\": [...], \"kwargs\": {...}}";
-    let text = std::str::from_utf8(payload)
-        .map_err(|e| Unfit(format!("{SHAPE}; it is not UTF-8: {e}")))?;
-    let raw: &RawValue =
-        serde_json::from_str(text).map_err(|e| Unfit(format!("{SHAPE}; it is not JSON: {e}")))?;
-    let raw = raw
-        .get()
-        .trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
-    match raw.as_bytes().first() {
-        Some(b'[') => Ok((raw, "{}")),
-        Some(b'{') => {
-            let o: ArgsKwargs<'_> =
-                serde_json::from_str(raw).map_err(|e| Unfit(format!("{SHAPE}: {e}")))?;
-            let args = o.args.map_or("[]", RawValue::get);
-            let kwargs = o.kwargs.map_or("{}", RawValue::get);
-            if !args.starts_with('[') {
-                return Err(Unfit(format!("{SHAPE}; \"args\" is not an array")));
-            }
-            if !kwargs.starts_with('{') {
-                return Err(Unfit(format!("{SHAPE}; \"kwargs\" is not an object")));
-            }
-            Ok((args, kwargs))
-        }
-        _ => Err(Unfit(format!(
-            "{SHAPE}, not {}",
-            if raw.len() > 40 {
-                format!("{}...", raw.chars().take(40).collect::<String>())
-            } else {
-                raw.to_owned()
-            }
-        ))),
-    }
-}
+/// What a celery payload must be (the start of each reason it is not).
+const SHAPE: &str = "the payload must be a JSON array of args or an object \
+                     {\"args\": [...], \"kwargs\": {...}}";
 
 /// The task body's third element (celery's `embed`): no callbacks, errbacks, chain or chord.
 const EMBED: &str = r#"{"callbacks": null, "errbacks": null, "chain": null, "chord": null}"#;
@@ -165,7 +121,7 @@ impl Celery {
                     .to_owned(),
             ));
         }
-        let (args, kwargs) = split_payload(&job.payload)?;
+        let (args, kwargs) = split_payload(&job.payload, SHAPE)?;
         let mut argsrepr = String::with_capacity(args.len().min(1100));
         if is_empty_array(args) {
             // as_task_v2's `args or ()`: no args show as an empty tuple.

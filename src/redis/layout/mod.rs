@@ -24,6 +24,7 @@
 //!
 //! Another runner's layout is one more implementation of [`Layout`] and one more variant.
 
+mod args_kwargs;
 mod bullmq;
 mod celery;
 mod conveyor;

@@ -29,10 +29,9 @@ mod pyrepr;
 use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
-use serde_json::value::RawValue;
 
 use self::pyrepr::Py;
+use super::args_kwargs::split_payload;
 use super::{push_keys, Layout, LayoutKind, Unfit};
 use crate::job::{epoch_score, Job};
 
@@ -57,50 +56,9 @@ const DESCRIPTION_ARG_CHARS: usize = 75;
 /// framing of eight bulk strings (5 each plus the digits of their lengths, at most 10 each).
 const ARGS_OVERHEAD: usize = 200;
 
-/// The row's payload as RQ's args and kwargs (JSON text), or why it has none.
-fn split_payload(payload: &[u8]) -> Result<(&str, &str), Unfit> {
-    const SHAPE: &str = "the rq layout needs the payload to be a JSON array of args or an object \
-                         {\"args\": [...], \"kwargs\": {...}}";
-    #[derive(Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct ArgsKwargs<'a> {
-        #[serde(borrow, default)]
-        args: Option<&'a RawValue>,
-        #[serde(borrow, default)]
-        kwargs: Option<&'a RawValue>,
-    }
-    let text = std::str::from_utf8(payload)
-        .map_err(|e| Unfit(format!("{SHAPE}; it is not UTF-8: {e}")))?;
-    let raw: &RawValue =
-        serde_json::from_str(text).map_err(|e| Unfit(format!("{SHAPE}; it is not JSON: {e}")))?;
-    let raw = raw
-        .get()
-        .trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
-    match raw.as_bytes().first() {
-        Some(b'[') => Ok((raw, "{}")),
-        Some(b'{') => {
-            let o: ArgsKwargs<'_> =
-                serde_json::from_str(raw).map_err(|e| Unfit(format!("{SHAPE}: {e}")))?;
-            let args = o.args.map_or("[]", RawValue::get);
-            let kwargs = o.kwargs.map_or("{}", RawValue::get);
-            if !args.starts_with('[') {
-                return Err(Unfit(format!("{SHAPE}; \"args\" is not an array")));
-            }
-            if !kwargs.starts_with('{') {
-                return Err(Unfit(format!("{SHAPE}; \"kwargs\" is not an object")));
-            }
-            Ok((args, kwargs))
-        }
-        _ => Err(Unfit(format!(
-            "{SHAPE}, not {}",
-            if raw.len() > 40 {
-                format!("{}...", raw.chars().take(40).collect::<String>())
-            } else {
-                raw.to_owned()
-            }
-        ))),
-    }
-}
+/// What an rq payload must be (the start of each reason it is not).
+const SHAPE: &str = "the rq layout needs the payload to be a JSON array of args or an object \
+                     {\"args\": [...], \"kwargs\": {...}}";
 
 /// RQ's `utcformat`: `%Y-%m-%dT%H:%M:%S.%fZ`.
 fn utcformat(t: DateTime<Utc>, buf: &mut Vec<u8>) {
@@ -243,7 +201,7 @@ impl Rq {
                 named.join(" and ")
             )));
         }
-        let (args, kwargs) = split_payload(&job.payload)?;
+        let (args, kwargs) = split_payload(&job.payload, SHAPE)?;
         let mut desc = String::with_capacity(job.job_type.len() + args.len() + kwargs.len() + 8);
         description(&job.job_type, args, kwargs, &mut desc)?;
         field(buf, |b| utcformat(job.created_at, b));
