@@ -286,6 +286,15 @@ async fn a_read_only_postgres_is_named_and_logged_once(pool: PgPool) {
         ns.llen("queue:ro").await == 20
     })
     .await;
+    // The probe logs the recovery on its next round, which may come after a worker relayed
+    // the rows.
+    let daemon = &d;
+    wait_until(
+        "the recovery logged",
+        Duration::from_secs(15),
+        || async move { !daemon.events_with("postgres recovered").is_empty() },
+    )
+    .await;
     let began = d.events_with("postgres not reachable yet; retrying with backoff");
     assert_eq!(began.len(), 1, "{}", d.logs());
     assert_eq!(began[0]["reason"], "read-only replica");
