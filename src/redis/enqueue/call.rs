@@ -80,13 +80,8 @@ impl<'a> Call<'a> {
                 .layout
                 .push_args(inv, self.namespace, job, encoded, scratch),
             Form::Transaction(tx) => {
-                let start = tx.keys.len();
-                job_keys(self.layout, self.namespace, job, &mut tx.keys);
-                let marker_end = start
-                    + self.namespace.len()
-                    + self.layout.marker_infix().len()
-                    + uuid::fmt::Hyphenated::LENGTH;
-                tx.key_ends.push(marker_end);
+                let queue_at = job_keys(self.layout, self.namespace, job, &mut tx.keys);
+                tx.key_ends.push(queue_at);
                 tx.key_ends.push(tx.keys.len());
                 tx.messages.extend_from_slice(encoded);
                 tx.message_ends.push(tx.messages.len());

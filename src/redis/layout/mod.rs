@@ -224,29 +224,25 @@ pub(crate) fn push_keys(
     job: &Job,
     key: &mut String,
 ) {
-    let mut uuid = Uuid::encode_buffer();
     key.clear();
-    key.push_str(namespace);
-    key.push_str(layout.marker_infix());
-    key.push_str(job.uuid.hyphenated().encode_lower(&mut uuid));
-    inv.key(&*key);
-    key.truncate(namespace.len());
-    key.push_str(layout.queue_infix());
-    key.push_str(&job.queue);
-    inv.key(&*key);
+    let queue_at = job_keys(layout, namespace, job, key);
+    inv.key(&key[..queue_at]);
+    inv.key(&key[queue_at..]);
     key.clear();
 }
 
-/// Appends a job's two keys to `out`: its marker key, then its queue key, as `layout` names
-/// them (what [`push_keys`] declares).
-pub(crate) fn job_keys(layout: &dyn Layout, namespace: &str, job: &Job, out: &mut String) {
+/// Appends a job's two keys to `out`, its marker key then its queue key, as `layout` names
+/// them (what [`push_keys`] declares); returns where the queue key begins.
+pub(crate) fn job_keys(layout: &dyn Layout, namespace: &str, job: &Job, out: &mut String) -> usize {
     let mut uuid = Uuid::encode_buffer();
     out.push_str(namespace);
     out.push_str(layout.marker_infix());
     out.push_str(job.uuid.hyphenated().encode_lower(&mut uuid));
+    let queue_at = out.len();
     out.push_str(namespace);
     out.push_str(layout.queue_infix());
     out.push_str(&job.queue);
+    queue_at
 }
 
 /// `u` lower-case hyphenated into `buf`, or `""`.
