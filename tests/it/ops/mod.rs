@@ -1,6 +1,6 @@
 //! Operations: `/metrics`, `/healthz`, `/readyz`, logs, secrets, TLS to Postgres and Redis, Redis
 //! ACL users, `jobrelay check`, the least-privilege role, the deploy manifests, the alert rules
-//! (promtool), the HTTP
+//! (promtool) and the Grafana dashboard against a live `/metrics`, the HTTP
 //! listener's limits, Postgres connections (PgBouncer in both pool modes, the footprint, too
 //! many connections, a primary gone silent); what the relay asks of Redis (no eviction,
 //! replicas) and the Redis endpoint failures it never blames on a job.
@@ -11,12 +11,15 @@
 mod alerts;
 mod check;
 mod connections;
+mod dashboard;
 mod deploy;
 mod http;
 mod metrics;
 mod pgbouncer;
 mod postgres_states;
 mod probes;
+mod promql;
+mod queries;
 mod redis_refusals;
 mod redis_safety;
 mod roles;
