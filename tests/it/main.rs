@@ -6,6 +6,7 @@
 //! - `faults`: process deaths, Redis and Postgres outages, rows that fail;
 //! - `producer`, `producer_only`: the producer library and its dependency footprint;
 //! - `conveyor`: the conveyor layout, checked by a Rust port of conveyor's consumer;
+//! - `consumer`: the jobrelay layout's reference consumer (docs/consumer.md), in Python;
 //! - `sidekiq`: the sidekiq layout, checked by the real Sidekiq worker and API;
 //! - `celery`: the celery layout, checked by a real Celery worker;
 //! - `rq`: the rq layout, checked by real RQ workers and RQ's API;
@@ -22,6 +23,7 @@ mod bench;
 mod bullmq;
 mod celery;
 mod config;
+mod consumer;
 mod conveyor;
 mod enqueue;
 mod faults;
