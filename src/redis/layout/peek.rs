@@ -82,7 +82,8 @@ impl Shelf {
         }
     }
 
-    /// A sorted set of encoded jobs scored in epoch seconds, shared by every queue.
+    /// A sorted set of encoded jobs scored in epoch seconds; with `queue`, only that queue's
+    /// jobs are wanted from it (a set every queue shares).
     pub fn scheduled(key: String, queue: Option<&str>) -> Shelf {
         Shelf {
             key,
