@@ -24,6 +24,8 @@
 //!   naming a predecessor not yet relayed would run first; rows naming a parent or a predecessor
 //!   are [`Unfit`], and so is a payload that is neither a JSON array nor `{"args", "kwargs"}`.
 
+#[cfg(feature = "daemon")]
+mod peek;
 mod pyrepr;
 
 use std::fmt::Write as _;
