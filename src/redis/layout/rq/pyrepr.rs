@@ -68,14 +68,26 @@ impl<'de> Visitor<'de> for PyVisitor {
         Ok(Py::List(v))
     }
     /// A key that repeats keeps its first place and takes its last value, as Python's dict.
+    /// Small objects look a key up by scanning; past `SCAN_KEYS` keys, by a map.
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Py, A::Error> {
+        const SCAN_KEYS: usize = 16;
         let mut v: Vec<(String, Py)> = Vec::new();
         let mut at: HashMap<String, usize> = HashMap::new();
         while let Some((k, x)) = map.next_entry::<String, Py>()? {
-            match at.get(&k) {
-                Some(&i) => v[i].1 = x,
+            let found = if v.len() <= SCAN_KEYS {
+                v.iter().position(|(have, _)| *have == k)
+            } else {
+                if at.is_empty() {
+                    at.extend(v.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)));
+                }
+                at.get(&k).copied()
+            };
+            match found {
+                Some(i) => v[i].1 = x,
                 None => {
-                    at.insert(k.clone(), v.len());
+                    if !at.is_empty() {
+                        at.insert(k.clone(), v.len());
+                    }
                     v.push((k, x));
                 }
             }
@@ -99,7 +111,7 @@ impl Py {
                 let _ = write!(out, "{i}");
             }
             Py::Float(f) => py_float(*f, out),
-            Py::Str(s) => py_str(s, out),
+            Py::Str(s) => py_str(s, out, limit),
             Py::List(items) => {
                 out.push('[');
                 for (i, x) in items.iter().enumerate() {
@@ -119,7 +131,10 @@ impl Py {
                     if i > 0 {
                         out.push_str(", ");
                     }
-                    py_str(k, out);
+                    py_str(k, out, limit);
+                    if out.len() > limit {
+                        return;
+                    }
                     out.push_str(": ");
                     x.repr(out, limit);
                     if out.len() > limit {
@@ -133,14 +148,37 @@ impl Py {
 }
 
 /// Python's `repr(str)`.
-fn py_str(s: &str, out: &mut String) {
+///
+/// Stops once `out` holds more than `limit` bytes (the closing quote then left out). Runs of
+/// characters that stand for themselves are copied whole.
+fn py_str(s: &str, out: &mut String, limit: usize) {
     let quote = if s.contains('\'') && !s.contains('"') {
         '"'
     } else {
         '\''
     };
     out.push(quote);
-    for c in s.chars() {
+    let mut rest = s;
+    loop {
+        if out.len() > limit {
+            return;
+        }
+        // The longest prefix of printable ASCII characters other than the quote and `\\`.
+        let plain = rest
+            .bytes()
+            .position(|b| !(b' '..0x7f).contains(&b) || b == b'\\' || b == quote as u8)
+            .unwrap_or(rest.len());
+        let room = (limit - out.len()).saturating_add(1);
+        if plain >= room {
+            out.push_str(&rest[..room]);
+            return;
+        }
+        out.push_str(&rest[..plain]);
+        rest = &rest[plain..];
+        let Some(c) = rest.chars().next() else {
+            break;
+        };
+        rest = &rest[c.len_utf8()..];
         match c {
             '\\' => out.push_str("\\\\"),
             '\t' => out.push_str("\\t"),
@@ -262,5 +300,46 @@ mod tests {
         ] {
             assert_eq!(repr(json), want, "{json}");
         }
+    }
+
+    /// Cut short at any limit, a repr is the start of the whole one, longer than the limit.
+    #[test]
+    fn a_limit_cuts_the_repr_short_and_nothing_else() {
+        for json in [
+            r#"["it's", "say \"hi\"", "a\\b\tc", "caf\u00e9 \u00a0 \ud83d\ude00", "\u0001x"]"#,
+            r#"{"k": "plain text that goes on and on", "n": [1, 2.5, null, true], "k2": {"a": "'"}}"#,
+            r#""a long plain string, longer than every limit tried here, and then some more""#,
+        ] {
+            let whole = repr(json);
+            let v: Py = serde_json::from_str(json).unwrap();
+            for limit in 0..whole.len() + 2 {
+                let mut out = String::new();
+                v.repr(&mut out, limit);
+                assert!(whole.starts_with(&out), "{json} at {limit}: {out}");
+                assert!(
+                    out.len() > limit || out == whole,
+                    "{json} at {limit}: {out}"
+                );
+            }
+        }
+    }
+
+    /// Past 16 keys a repeated key is found by a map: first place, last value, either way.
+    #[test]
+    fn a_repeated_key_keeps_its_place_in_small_and_large_objects() {
+        assert_eq!(repr(r#"{"a": 1, "b": 2, "a": 3}"#), "{'a': 3, 'b': 2}");
+        let keys: Vec<String> = (0..20).map(|i| format!("\"k{i}\": {i}")).collect();
+        let json = format!(
+            "{{{}, \"k3\": 30, \"k19\": 190, \"new\": 0}}",
+            keys.join(", ")
+        );
+        let want: Vec<String> = (0..20)
+            .map(|i| match i {
+                3 => "'k3': 30".to_owned(),
+                19 => "'k19': 190".to_owned(),
+                i => format!("'k{i}': {i}"),
+            })
+            .collect();
+        assert_eq!(repr(&json), format!("{{{}, 'new': 0}}", want.join(", ")));
     }
 }
