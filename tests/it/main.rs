@@ -11,7 +11,9 @@
 //! - `rq`: the rq layout, checked by real RQ workers and RQ's API;
 //! - `config`: flags, environment, files, validation;
 //! - `ops`: metrics, probes, TLS, secrets, `check`, roles, deploy files, the HTTP listener;
-//! - `bench`: the benchmark programs run tiny so that they cannot rot.
+//! - `bench`: the benchmark programs run tiny so that they cannot rot;
+//! - `docs`: every code block of the README and docs/ runs (or compiles, parses), every link
+//!   resolves.
 //!
 //! Shared helpers live in `common`. Tests need `DATABASE_URL` (for `#[sqlx::test]`) and the
 //! shared Redis (`REDIS_URL`, default 127.0.0.1:6379); waits are bounded by deadlines.
@@ -23,6 +25,7 @@ mod bullmq;
 mod celery;
 mod config;
 mod conveyor;
+mod docs;
 mod enqueue;
 mod faults;
 mod ops;
