@@ -3,13 +3,13 @@
 
 use super::*;
 
-fn repo_file(path: &str) -> String {
+pub(super) fn repo_file(path: &str) -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
 /// Every YAML document of a manifest file.
-fn manifests(path: &str) -> Vec<serde_json::Value> {
+pub(super) fn manifests(path: &str) -> Vec<serde_json::Value> {
     let text = repo_file(path);
     let mut docs = Vec::new();
     for doc in serde_norway::Deserializer::from_str(&text) {

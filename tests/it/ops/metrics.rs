@@ -41,7 +41,7 @@ async fn metrics_count_every_outcome_and_logs_only_state_changes(pool: PgPool) {
 
 /// Rows for every outcome (5 queued, 4 scheduled, 3 children, 2 on_complete, 1 duplicate), a
 /// per-job failure, a permanent failure, and a parked row; the uuids of all but the parked one.
-async fn insert_one_row_per_outcome(pool: &PgPool, ns: &Namespace) -> Vec<uuid::Uuid> {
+pub(super) async fn insert_one_row_per_outcome(pool: &PgPool, ns: &Namespace) -> Vec<uuid::Uuid> {
     let mut con = ns.con().await;
     // A per-job failure: the poison queue's key is a string, so the job's LPUSH is WRONGTYPE.
     let _: () = redis::cmd("SET")
@@ -107,7 +107,7 @@ async fn insert_one_row_per_outcome(pool: &PgPool, ns: &Namespace) -> Vec<uuid::
 }
 
 /// The metrics once the backlog gauges (sampled every 5 s) show 2 dead and 1 pending.
-async fn scrape_once_gauges_caught_up(d: &Daemon) -> Metrics {
+pub(super) async fn scrape_once_gauges_caught_up(d: &Daemon) -> Metrics {
     let start = Instant::now();
     loop {
         let m = d.metrics().await;

@@ -1,5 +1,6 @@
 //! Operations: `/metrics`, `/healthz`, `/readyz`, logs, secrets, TLS to Postgres and Redis, Redis
-//! ACL users, `jobrelay check`, the least-privilege role, the deploy manifests, the HTTP
+//! ACL users, `jobrelay check`, the least-privilege role, the deploy manifests, the alert rules
+//! (promtool) and the Grafana dashboard against a live `/metrics`, the HTTP
 //! listener's limits, Postgres connections (PgBouncer in both pool modes, the footprint, too
 //! many connections, a primary gone silent); what the relay asks of Redis (no eviction,
 //! replicas) and the Redis endpoint failures it never blames on a job.
@@ -7,14 +8,18 @@
 //! The daemon runs as a child process with its HTTP listener on a free port and its JSON logs
 //! in a file. Fault and TLS tests start their own servers and stop only those.
 
+mod alerts;
 mod check;
 mod connections;
+mod dashboard;
 mod deploy;
 mod http;
 mod metrics;
 mod pgbouncer;
 mod postgres_states;
 mod probes;
+mod promql;
+mod queries;
 mod redis_refusals;
 mod redis_safety;
 mod roles;
