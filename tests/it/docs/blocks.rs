@@ -35,7 +35,7 @@ pub enum Kind {
     Toml,
     /// `json`: parsed.
     Json,
-    /// `python`, `ruby`, `js`: syntax-checked by their interpreter.
+    /// `python`, `ruby`, `js`, `lua`: syntax-checked by their interpreter (Lua: Redis's).
     Syntax(&'static str),
     /// No language, or `text`: output shown to the reader.
     Text,
@@ -88,6 +88,7 @@ fn kind(info: &str) -> (Kind, Option<String>) {
         "python" => Kind::Syntax("python"),
         "ruby" => Kind::Syntax("ruby"),
         "js" => Kind::Syntax("js"),
+        "lua" => Kind::Syntax("lua"),
         "" | "text" => Kind::Text,
         other => Kind::Unknown(other.to_owned()),
     };

@@ -125,7 +125,27 @@ fn config_file(block: &Block) -> Result<(), String> {
         .map_err(|e| format!("the relay refuses it as a --config file: {e}"))
 }
 
+/// Compiles a Lua block with Redis's own Lua (`loadstring`, so nothing of it runs).
+fn lua(body: &str) -> Result<(), String> {
+    const COMPILE: &str = "local f, err = loadstring(ARGV[1]) if f then return 'ok' end return err";
+    let client = redis::Client::open(crate::common::redis_url()).expect("a Redis URL");
+    let mut con = client.get_connection().expect("redis reachable");
+    let answer: String = redis::cmd("EVAL")
+        .arg(COMPILE)
+        .arg(0)
+        .arg(body)
+        .query(&mut con)
+        .expect("EVAL runs");
+    match answer.as_str() {
+        "ok" => Ok(()),
+        error => Err(format!("Redis's Lua finds a syntax error: {error}")),
+    }
+}
+
 fn syntax(lang: &str, body: &str) -> Result<(), String> {
+    if lang == "lua" {
+        return lua(body);
+    }
     let dir = tempfile::tempdir().expect("a temporary directory");
     let file = dir.path().join(format!("block.{lang}"));
     std::fs::write(&file, body).expect("write");

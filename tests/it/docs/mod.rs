@@ -83,7 +83,8 @@ fn every_relative_link_and_anchor_of_the_readme_and_docs_resolves() {
 async fn a_broken_block_fails_with_its_file_and_line() {
     let text = "# T\n\n```sh\ntrue\n```\n\n```sql\nSELECT * FROM things;\n```\n\n\
                 ```cobol\nDISPLAY 'HI'.\n```\n\n```json\n{\"a\": }\n```\n\n\
-                ```rust file=examples/things.rs\nfn main() {}\n```\n\n```sh no-run\nsleep 1d\n```\n";
+                ```rust file=examples/things.rs\nfn main() {}\n```\n\n```sh no-run\nsleep 1d\n```\n\n\
+                ```lua\nreturn 1 +\n```\n";
     let (failures, no_run, ran) = check_file(Path::new("T.md"), text).await;
     let lines: Vec<&str> = failures
         .iter()
@@ -91,7 +92,7 @@ async fn a_broken_block_fails_with_its_file_and_line() {
         .collect();
     assert_eq!(
         lines,
-        ["T.md:7", "T.md:11", "T.md:15", "T.md:19"],
+        ["T.md:7", "T.md:11", "T.md:15", "T.md:19", "T.md:27"],
         "{failures:#?}"
     );
     assert!(
@@ -105,6 +106,7 @@ async fn a_broken_block_fails_with_its_file_and_line() {
         "{}",
         failures[3]
     );
+    assert!(failures[4].contains("syntax error"), "{}", failures[4]);
     assert_eq!(no_run, ["T.md:23"]);
     assert_eq!(ran, 2);
 
