@@ -3,8 +3,8 @@
 //! A transactional-outbox relay for the pending-job pattern. An application writes a
 //! `pending_jobs` row in the same Postgres transaction as its own data; the relay claims
 //! committed rows with `SELECT ... FOR UPDATE SKIP LOCKED`, runs the Redis enqueue algorithm,
-//! and deletes the rows only after Redis acknowledged the write. At-least-once delivery, with a
-//! Redis-side dedup marker (`jobs:<uuid>`) so that a replayed row does not become a second job.
+//! and deletes the rows only after Redis acknowledged the write: at least once, and exactly once
+//! per uuid while its Redis-side dedup marker (`jobs:<uuid>`) lives (docs/guarantees.md#delivery).
 //!
 //! # Layout
 //!

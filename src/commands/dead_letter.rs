@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use jobrelay::admin::dead_letter;
 use jobrelay::config::cli::{DeadLetterCommand, Selection};
 use jobrelay::config::Config;
@@ -21,9 +21,12 @@ pub(super) async fn run(config: &Config, cmd: DeadLetterCommand) -> Result<ExitC
     };
     match cmd {
         DeadLetterCommand::List { queue, limit, json } => {
-            let rows = dead_letter::list(&pool, &config.table, queue.as_deref(), limit)
-                .await
-                .context("listing dead letters")?;
+            let rows = dead_letter::list(&pool, &config.table, queue.as_deref(), limit).await;
+            let rows = missing_or(config, rows, "listing dead letters")?;
+            let rows = match rows {
+                Ok(rows) => rows,
+                Err(code) => return Ok(code),
+            };
             for r in &rows {
                 if json {
                     println!("{}", serde_json::to_string(r)?);
@@ -35,17 +38,37 @@ pub(super) async fn run(config: &Config, cmd: DeadLetterCommand) -> Result<ExitC
             eprintln!("{} dead-lettered rows listed", rows.len());
         }
         DeadLetterCommand::Requeue(s) => {
-            let requeued = dead_letter::requeue(&pool, &config.table, &selection(s))
-                .await
-                .context("requeueing dead letters")?;
+            let requeued = dead_letter::requeue(&pool, &config.table, &selection(s)).await;
+            let requeued = match missing_or(config, requeued, "requeueing dead letters")? {
+                Ok(r) => r,
+                Err(code) => return Ok(code),
+            };
             println!("{requeued}");
         }
         DeadLetterCommand::Purge(s) => {
-            let n = dead_letter::purge(&pool, &config.table, &selection(s))
-                .await
-                .context("purging dead letters")?;
+            let n = dead_letter::purge(&pool, &config.table, &selection(s)).await;
+            let n = match missing_or(config, n, "purging dead letters")? {
+                Ok(n) => n,
+                Err(code) => return Ok(code),
+            };
             println!("purged {n} rows");
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The command's result; a missing table as its exit code (said in one line), any other
+/// failure as the error, with `what` the command was doing.
+fn missing_or<T>(
+    config: &Config,
+    r: jobrelay::Result<T>,
+    what: &'static str,
+) -> Result<std::result::Result<T, ExitCode>> {
+    match r {
+        Ok(v) => Ok(Ok(v)),
+        Err(e) => match super::table_missing(config, &e) {
+            Some(code) => Ok(Err(code)),
+            None => Err(anyhow::Error::new(e).context(what)),
+        },
+    }
 }

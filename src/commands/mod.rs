@@ -9,6 +9,7 @@ mod check;
 mod daemon;
 mod dead_letter;
 mod migrate;
+mod peek;
 mod status;
 mod sweep;
 
@@ -108,7 +109,32 @@ async fn dispatch(command: Option<Command>, config: Config) -> Result<ExitCode> 
         Some(Command::Status { json }) => status::run(&config, json).await,
         Some(Command::DeadLetter(cmd)) => dead_letter::run(&config, cmd).await,
         Some(Command::Check) => check::run(&config).await,
+        Some(Command::Peek(args)) => peek::run(&config, args).await,
     }
+}
+
+/// A one-shot command's failure for want of the outbox table (or its schema, or its dead
+/// letters): one line naming `jobrelay migrate`, exit 1 (docs/cli.md#exit-codes). `None` for
+/// any other failure.
+fn table_missing(config: &Config, e: &jobrelay::Error) -> Option<ExitCode> {
+    if e.reason() != jobrelay::error::Reason::TableMissing {
+        return None;
+    }
+    let what = match e {
+        jobrelay::Error::Database(sqlx::Error::Database(db)) => db.message().to_owned(),
+        other => other.to_string(),
+    };
+    let table = config.table.to_string();
+    let same = if table == "pending_jobs" {
+        ""
+    } else {
+        " with the same --table"
+    };
+    eprintln!(
+        "jobrelay: {what}: run `jobrelay migrate`{same} to create the outbox table {table} and \
+         its dead letters"
+    );
+    Some(ExitCode::from(1))
 }
 
 /// One connection for a one-shot command, opened up front so that a bad password or an

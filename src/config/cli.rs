@@ -3,7 +3,14 @@
 
 use clap::{Args, Parser, Subcommand};
 
-/// jobrelay: relays committed `pending_jobs` rows from Postgres to Redis, exactly once per uuid.
+/// The help heading of the options every command reads: where the jobs are.
+const CONNECTION: &str = "Connection options";
+/// The help heading of the options only the relay (the daemon, `--sweep`, `check`) reads.
+/// Headed apart so that a subcommand's help shows its own options first.
+const RELAY: &str = "Relay options";
+
+/// jobrelay: relays committed `pending_jobs` rows from Postgres to Redis: at least once, and
+/// exactly once per uuid while its dedup marker lives (--dedup-ttl).
 ///
 /// Precedence: flag > environment > --config TOML file > default. An empty environment
 /// variable counts as unset. Durations use humantime syntax (500ms, 30s, 5m, 1h30m; 0).
@@ -23,33 +30,33 @@ pub struct Cli {
 #[derive(Debug, Default, Args)]
 pub struct Flags {
     /// Postgres URL [env: DATABASE_URL] (default: postgres://postgres@127.0.0.1:5432/postgres)
-    #[arg(long, global = true, value_name = "URL")]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "URL")]
     pub database_url: Option<String>,
     /// File holding the Postgres URL (Kubernetes Secret volume) [env: DATABASE_URL_FILE]
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "PATH")]
     pub database_url_file: Option<String>,
     /// Postgres URL for the notification listener (LISTEN needs a session of its own: give a
     /// direct URL when --database-url is PgBouncer in transaction mode)
     /// [env: JOBRELAY_LISTEN_URL] [default: --database-url]
-    #[arg(long, global = true, value_name = "URL")]
+    #[arg(long, global = true, help_heading = RELAY, value_name = "URL")]
     pub listen_url: Option<String>,
     /// File holding the listener's Postgres URL [env: JOBRELAY_LISTEN_URL_FILE]
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, global = true, help_heading = RELAY, value_name = "PATH")]
     pub listen_url_file: Option<String>,
     /// Most Postgres connections the relay opens: workers, probe, listener, wake-up lock;
     /// below workers+3 the wake-up lock is off, below workers+2 the listener too (poll only)
     /// [env: JOBRELAY_PG_MAX_CONNECTIONS] [default: workers+3]
-    #[arg(long, global = true, value_name = "N")]
+    #[arg(long, global = true, help_heading = RELAY, value_name = "N")]
     pub pg_max_connections: Option<String>,
     /// Redis URL, redis:// or rediss:// (TLS) [env: REDIS_URL] [default: redis://127.0.0.1:6379]
-    #[arg(long, global = true, value_name = "URL")]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "URL")]
     pub redis_url: Option<String>,
     /// File holding the Redis URL [env: REDIS_URL_FILE]
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "PATH")]
     pub redis_url_file: Option<String>,
     /// PEM file of the CA(s) that signed the Redis server's certificate, for rediss:// with a
     /// private CA (default: the bundled web PKI roots) [env: JOBRELAY_REDIS_CA_FILE]
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "PATH")]
     pub redis_ca_file: Option<String>,
     /// Relay even when Redis's maxmemory-policy evicts keys (queued jobs and dedup markers may
     /// vanish); alone it means true, or `=false` [env: JOBRELAY_REDIS_ALLOW_EVICTION]
@@ -57,6 +64,7 @@ pub struct Flags {
     #[arg(
         long,
         global = true,
+        help_heading = RELAY,
         value_name = "BOOL",
         num_args = 0..=1,
         require_equals = true,
@@ -65,66 +73,66 @@ pub struct Flags {
     pub redis_allow_eviction: Option<String>,
     /// Replicas that must acknowledge each push (WAIT) before its rows are deleted; 0 = none
     /// [env: JOBRELAY_REDIS_WAIT_REPLICAS] [default: 0]
-    #[arg(long, global = true, value_name = "N")]
+    #[arg(long, global = true, help_heading = RELAY, value_name = "N")]
     pub redis_wait_replicas: Option<String>,
     /// How long WAIT waits for --redis-wait-replicas; less than --push-timeout
     /// [env: JOBRELAY_REDIS_WAIT_TIMEOUT] [default: 1s]
-    #[arg(long, global = true, value_name = "DURATION")]
+    #[arg(long, global = true, help_heading = RELAY, value_name = "DURATION")]
     pub redis_wait_timeout: Option<String>,
     /// Outbox table, `name` or `schema.name` [env: JOBRELAY_TABLE] [default: pending_jobs]
-    #[arg(long, global = true, value_name = "TABLE")]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "TABLE")]
     pub table: Option<String>,
     /// Prefix of every Redis key, e.g. `app1:` [env: JOBRELAY_NAMESPACE] [default: empty;
     /// `bull:` with --layout bullmq]
-    #[arg(long, global = true, value_name = "PREFIX")]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "PREFIX")]
     pub namespace: Option<String>,
     /// Redis layout: `jobrelay`, `conveyor` for the Go job runner conveyor, `sidekiq` for the
     /// Ruby job runner Sidekiq, `celery` for Celery 5 on its Redis broker, `bullmq` for the
     /// Node.js job runner BullMQ, or `rq` for the Python job runner RQ 2.x
     /// [env: JOBRELAY_LAYOUT] [default: jobrelay]
-    #[arg(long, global = true, value_name = "LAYOUT")]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "LAYOUT")]
     pub layout: Option<String>,
     /// Rows claimed per transaction [env: JOBRELAY_BATCH_SIZE] [default: 1000]
-    #[arg(long, global = true, value_name = "N")]
+    #[arg(long, global = true, help_heading = RELAY, value_name = "N")]
     pub batch_size: Option<String>,
     /// Bytes claimed per transaction and sent per Redis script call (payloads plus ~200 bytes a
     /// row; a single row may exceed it) [env: JOBRELAY_BATCH_MAX_BYTES] [default: 8MiB]
-    #[arg(long, global = true, value_name = "BYTES")]
+    #[arg(long, global = true, help_heading = RELAY, value_name = "BYTES")]
     pub batch_max_bytes: Option<String>,
     /// Largest job relayed (marshalled); a larger one is dead-lettered, never fetched whole
     /// [env: JOBRELAY_MAX_JOB_SIZE] [default: 8MiB]
-    #[arg(long, global = true, value_name = "BYTES")]
+    #[arg(long, global = true, help_heading = RELAY, value_name = "BYTES")]
     pub max_job_size: Option<String>,
     /// Concurrent claim loops [env: JOBRELAY_WORKERS] [default: 2]
-    #[arg(long, global = true, value_name = "N")]
+    #[arg(long, global = true, help_heading = RELAY, value_name = "N")]
     pub workers: Option<String>,
     /// Batches in flight at once across every relay on the table (fleet-wide claim slots)
     /// [env: JOBRELAY_CLAIM_SLOTS] [default: 2]
-    #[arg(long, global = true, value_name = "N")]
+    #[arg(long, global = true, help_heading = RELAY, value_name = "N")]
     pub claim_slots: Option<String>,
     /// Idle wait when no notification arrives [env: JOBRELAY_POLL_INTERVAL] [default: 1s]
-    #[arg(long, global = true, value_name = "DURATION")]
+    #[arg(long, global = true, help_heading = RELAY, value_name = "DURATION")]
     pub poll_interval: Option<String>,
     /// Failed attempts before a row is dead-lettered [env: JOBRELAY_MAX_ATTEMPTS] [default: 25]
-    #[arg(long, global = true, value_name = "N")]
+    #[arg(long, global = true, help_heading = RELAY, value_name = "N")]
     pub max_attempts: Option<String>,
     /// Lifetime of the dedup marker `jobs:<uuid>`; 0 = never expires [env: JOBRELAY_DEDUP_TTL] [default: 15m]
-    #[arg(long, global = true, value_name = "DURATION")]
+    #[arg(long, global = true, help_heading = RELAY, value_name = "DURATION")]
     pub dedup_ttl: Option<String>,
     /// Metrics and probes listener, or `off` [env: JOBRELAY_HTTP_ADDR] [default: 0.0.0.0:9898]
-    #[arg(long, global = true, value_name = "ADDR")]
+    #[arg(long, global = true, help_heading = RELAY, value_name = "ADDR")]
     pub http_addr: Option<String>,
     /// Time to finish the batch in hand on SIGTERM [env: JOBRELAY_SHUTDOWN_TIMEOUT] [default: 25s]
-    #[arg(long, global = true, value_name = "DURATION")]
+    #[arg(long, global = true, help_heading = RELAY, value_name = "DURATION")]
     pub shutdown_timeout: Option<String>,
     /// Bound on one Redis push while rows are locked [env: JOBRELAY_PUSH_TIMEOUT] [default: 5s]
-    #[arg(long, global = true, value_name = "DURATION")]
+    #[arg(long, global = true, help_heading = RELAY, value_name = "DURATION")]
     pub push_timeout: Option<String>,
     /// `text` or `json` [env: JOBRELAY_LOG_FORMAT] [default: text on a terminal, else json]
-    #[arg(long, global = true, value_name = "FORMAT")]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "FORMAT")]
     pub log_format: Option<String>,
     /// TOML file with any of these options, keys spelled like the flags with `_` [env: JOBRELAY_CONFIG]
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "PATH")]
     pub config: Option<String>,
     /// Relay every claimable row older than --older-than, print a report, exit
     #[arg(long)]
@@ -150,6 +158,34 @@ pub enum Command {
     DeadLetter(DeadLetterCommand),
     /// Validate the configuration, reach Postgres and Redis, report the schema version.
     Check,
+    /// Show jobs waiting in Redis, decoded, without moving them: a queue's, the scheduled
+    /// ones, or those held for a job (--redis-url, --namespace and --layout say where).
+    #[command(group(clap::ArgGroup::new("jobs").required(true).multiple(true)))]
+    Peek(PeekArgs),
+}
+
+/// `jobrelay peek ...`: which jobs, how many, in which form.
+#[derive(Debug, Args)]
+pub struct PeekArgs {
+    /// The jobs of this queue, the next to run first; with --scheduled, only this queue's
+    /// scheduled jobs.
+    #[arg(long, value_name = "QUEUE", group = "jobs")]
+    pub queue: Option<String>,
+    /// The jobs waiting for their run_at, the earliest due first.
+    #[arg(long, group = "jobs")]
+    pub scheduled: bool,
+    /// The children held until this job's handler returns (layouts with flows).
+    #[arg(long, value_name = "UUID", group = "jobs", conflicts_with_all = ["queue", "scheduled", "on_complete_of"])]
+    pub children_of: Option<uuid::Uuid>,
+    /// The jobs held until this job completes (its onComplete list; layouts with flows).
+    #[arg(long, value_name = "UUID", group = "jobs", conflicts_with_all = ["queue", "scheduled"])]
+    pub on_complete_of: Option<uuid::Uuid>,
+    /// At most this many jobs.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub limit: u32,
+    /// One JSON object per line instead of a block of lines per job.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `jobrelay dead-letter ...`

@@ -6,6 +6,7 @@
 //! - `faults`: process deaths, Redis and Postgres outages, rows that fail;
 //! - `producer`, `producer_only`: the producer library and its dependency footprint;
 //! - `conveyor`: the conveyor layout, checked by a Rust port of conveyor's consumer;
+//! - `consumer`: the jobrelay layout's reference consumer (docs/consumer.md), in Python;
 //! - `sidekiq`: the sidekiq layout, checked by the real Sidekiq worker and API;
 //! - `celery`: the celery layout, checked by a real Celery worker;
 //! - `rq`: the rq layout, checked by real RQ workers and RQ's API;
@@ -17,6 +18,9 @@
 //!
 //! Shared helpers live in `common`. Tests need `DATABASE_URL` (for `#[sqlx::test]`) and the
 //! shared Redis (`REDIS_URL`, default 127.0.0.1:6379); waits are bounded by deadlines.
+//! `#[sqlx::test]` keeps its bookkeeping (the schema `_sqlx_test`) in the database
+//! `DATABASE_URL` names and never drops it: name one of the suite's own (`.ci/run` creates
+//! `jobrelay_test`), never a database others share.
 
 mod common;
 
@@ -24,6 +28,7 @@ mod bench;
 mod bullmq;
 mod celery;
 mod config;
+mod consumer;
 mod conveyor;
 mod docs;
 mod enqueue;

@@ -22,6 +22,9 @@
 //!   row naming a parent or predecessor is [`Unfit`]. Headers have no place in a BullMQ job and
 //!   are not written.
 
+#[cfg(feature = "daemon")]
+mod peek;
+
 use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};

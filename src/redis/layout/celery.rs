@@ -27,6 +27,8 @@
 //!   rows wait in the outbox until their `run_at` is due ([`Layout::holds_until_due`]) and go
 //!   out without an ETA.
 
+#[cfg(feature = "daemon")]
+mod peek;
 mod saferepr;
 
 use std::io::Write as _;

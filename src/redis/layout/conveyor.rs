@@ -17,6 +17,9 @@
 //!   ([`crate::Outcome::Late`]): in its parent's lists nobody would ever run it, and conveyor's
 //!   close of a child fails when its parent's record is gone.
 
+#[cfg(feature = "daemon")]
+mod peek;
+
 use std::fmt::Write as _;
 
 use prost::Message;

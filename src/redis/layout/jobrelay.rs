@@ -2,6 +2,9 @@
 //! `scheduled`, `jobs:<parent>:children`, `jobs:<predecessor>:onComplete`,
 //! `jobs:<parent>:active`, and the marker `jobs:<uuid>` holding the job.
 
+#[cfg(feature = "daemon")]
+mod peek;
+
 use std::fmt::Write as _;
 
 use prost::Message;

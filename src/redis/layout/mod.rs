@@ -29,6 +29,8 @@ mod bullmq;
 mod celery;
 mod conveyor;
 mod jobrelay;
+#[cfg(feature = "daemon")]
+pub mod peek;
 mod rq;
 mod sidekiq;
 
@@ -86,6 +88,19 @@ impl LayoutKind {
 
     /// The layout itself.
     pub fn layout(self) -> &'static dyn Layout {
+        match self {
+            LayoutKind::Jobrelay => &jobrelay::JOBRELAY,
+            LayoutKind::Conveyor => &conveyor::CONVEYOR,
+            LayoutKind::Sidekiq => &sidekiq::SIDEKIQ,
+            LayoutKind::Celery => &celery::CELERY,
+            LayoutKind::Bullmq => &bullmq::BULLMQ,
+            LayoutKind::Rq => &rq::RQ,
+        }
+    }
+
+    /// Where the layout keeps its jobs and how to read one (`jobrelay peek`).
+    #[cfg(feature = "daemon")]
+    pub fn peek(self) -> &'static dyn peek::Peek {
         match self {
             LayoutKind::Jobrelay => &jobrelay::JOBRELAY,
             LayoutKind::Conveyor => &conveyor::CONVEYOR,

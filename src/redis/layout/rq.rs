@@ -24,6 +24,8 @@
 //!   naming a predecessor not yet relayed would run first; rows naming a parent or a predecessor
 //!   are [`Unfit`], and so is a payload that is neither a JSON array nor `{"args", "kwargs"}`.
 
+#[cfg(feature = "daemon")]
+mod peek;
 mod pyrepr;
 
 use std::fmt::Write as _;
@@ -60,10 +62,34 @@ const ARGS_OVERHEAD: usize = 200;
 const SHAPE: &str = "the rq layout needs the payload to be a JSON array of args or an object \
                      {\"args\": [...], \"kwargs\": {...}}";
 
-/// RQ's `utcformat`: `%Y-%m-%dT%H:%M:%S.%fZ`.
+/// RQ's `utcformat`: `%Y-%m-%dT%H:%M:%S.%fZ`. Written digit by digit: chrono's `format` parses
+/// its pattern on every call, a microsecond a job in this layout's two timestamps.
 fn utcformat(t: DateTime<Utc>, buf: &mut Vec<u8>) {
-    use std::io::Write as _;
-    let _ = write!(buf, "{}", t.format("%Y-%m-%dT%H:%M:%S%.6fZ"));
+    use chrono::{Datelike as _, Timelike as _};
+    let (year, nanos) = (t.year(), t.nanosecond());
+    if !(0..=9999).contains(&year) || nanos >= 1_000_000_000 {
+        // Beyond Python's datetime (or a leap second): as chrono writes it.
+        use std::io::Write as _;
+        let _ = write!(buf, "{}", t.format("%Y-%m-%dT%H:%M:%S%.6fZ"));
+        return;
+    }
+    let mut digits = |value: u32, width: usize, after: u8| {
+        let mut v = value;
+        let at = buf.len();
+        buf.resize(at + width, b'0');
+        for d in buf[at..].iter_mut().rev() {
+            *d = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+        buf.push(after);
+    };
+    digits(year as u32, 4, b'-');
+    digits(t.month(), 2, b'-');
+    digits(t.day(), 2, b'T');
+    digits(t.hour(), 2, b':');
+    digits(t.minute(), 2, b':');
+    digits(t.second(), 2, b'.');
+    digits(nanos / 1000, 6, b'Z');
 }
 
 /// `s` as a JSON string.
@@ -404,6 +430,30 @@ mod tests {
         let mut out = String::new();
         description("f", "[]", r#"{"k": null}"#, &mut out).unwrap();
         assert_eq!(out, "f(k=None)");
+    }
+
+    #[test]
+    fn utcformat_writes_what_the_pattern_writes() {
+        let pattern = |t: DateTime<Utc>| t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+        let mut times: Vec<DateTime<Utc>> = [
+            (1_700_000_000, 654_321_987),
+            (0, 0),
+            (-62_135_596_800, 1_000),       // 0001-01-01
+            (253_402_300_799, 999_999_999), // 9999-12-31T23:59:59
+            (253_402_300_800, 5_000),       // year 10000: chrono's own form
+            (-62_198_755_200, 0),           // year -1
+            (951_782_400, 123_000),         // 2000-02-29
+        ]
+        .into_iter()
+        .map(|(s, n)| DateTime::from_timestamp(s, n).unwrap())
+        .collect();
+        // A leap second (nanoseconds past 1e9).
+        times.push(DateTime::from_timestamp(1_483_228_799, 1_500_000_000).unwrap());
+        for t in times {
+            let mut buf = Vec::new();
+            utcformat(t, &mut buf);
+            assert_eq!(String::from_utf8(buf).unwrap(), pattern(t), "{t:?}");
+        }
     }
 
     #[test]

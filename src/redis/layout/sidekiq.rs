@@ -18,6 +18,9 @@
 //! - Sidekiq has no flows: a row naming a parent or a predecessor is [`Unfit`], and so is a
 //!   payload that is not a JSON array.
 
+#[cfg(feature = "daemon")]
+mod peek;
+
 use std::fmt::Write as _;
 use std::io::Write as _;
 

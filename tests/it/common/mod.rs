@@ -9,6 +9,7 @@ pub mod bullmq;
 pub mod celery;
 pub mod child;
 pub mod cluster;
+pub mod consumer;
 pub mod conveyor;
 pub mod http;
 pub mod http_relay;

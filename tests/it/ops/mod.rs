@@ -1,6 +1,7 @@
 //! Operations: `/metrics`, `/healthz`, `/readyz`, logs, secrets, TLS to Postgres and Redis, Redis
-//! ACL users, `jobrelay check`, the least-privilege role, the deploy manifests, the alert rules
-//! (promtool) and the Grafana dashboard against a live `/metrics`, the HTTP
+//! ACL users, `jobrelay check`, `jobrelay peek`, what the binary says (the guarantee, help,
+//! a missing table), the least-privilege role, the deploy manifests, the alert rules (promtool)
+//! and the Grafana dashboard against a live `/metrics`, the HTTP
 //! listener's limits, Postgres connections (PgBouncer in both pool modes, the footprint, too
 //! many connections, a primary gone silent); what the relay asks of Redis (no eviction,
 //! replicas) and the Redis endpoint failures it never blames on a job.
@@ -14,7 +15,9 @@ mod connections;
 mod dashboard;
 mod deploy;
 mod http;
+mod messages;
 mod metrics;
+mod peek;
 mod pgbouncer;
 mod postgres_states;
 mod probes;
