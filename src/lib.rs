@@ -15,7 +15,8 @@
 //! - [`relay`]: the claim loop, claim slots, the sweep, the sink seam, health, supervision,
 //!   the daemon's assembly; [`wakeup`]: LISTEN and the advisory wake-up lock.
 //! - [`producer`]: the pending-job API for applications (build jobs, write their rows in the
-//!   caller's transaction, fast-path push after commit).
+//!   caller's transaction, fast-path push after commit); [`sqlx`] and [`redis_rs`] are the
+//!   client crates it is built with, re-exported so that versions never need matching.
 //! - [`config`]: flags, environment, TOML, validation; [`table`]: outbox table names.
 //! - [`db`]: migrations and pools; [`admin`]: `status` and `dead-letter`.
 //! - [`telemetry`]: metrics, logs, redaction; [`http`]: `/metrics`, `/healthz`, `/readyz`.
@@ -49,3 +50,10 @@ pub use crate::job::Job;
 pub use crate::redis::enqueue::{Enqueuer, Outcome};
 pub use crate::redis::layout::LayoutKind;
 pub use crate::table::TableName;
+/// The `redis` crate (redis-rs) this library is built with, for an application that makes its
+/// own connections to pass to the producer: its types then match the library's. Most need only
+/// [`producer::connect_redis`].
+pub use ::redis as redis_rs;
+/// The `sqlx` crate this library is built with: the producer writes its rows through an
+/// `sqlx::PgConnection` of this version (`jobrelay::sqlx::PgPool::connect(url)`).
+pub use ::sqlx;

@@ -5,7 +5,8 @@
 //! The environment is read through a function, so tests never touch the process environment.
 
 pub mod cli;
-pub mod redis_url;
+/// `--redis-url`'s forms: [`crate::redis::url`], kept here under its old name.
+pub use crate::redis::url as redis_url;
 mod source;
 
 pub use self::source::OPTIONS;

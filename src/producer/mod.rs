@@ -8,6 +8,9 @@
 //! - [`JobBuilder`]: a job's fields and defaults; invalid input is refused when it is built,
 //!   with [`crate::Error::InvalidJob`] naming the field.
 //! - [`Producer`]: the settings shared with the relay (table, namespace, dedup TTL).
+//! - [`connect_redis`]: a Redis connection for the fast path from a URL, so that the
+//!   application needs no `redis` crate of its own (the one the library uses is
+//!   [`crate::redis_rs`]; its Postgres client is [`crate::sqlx`]).
 //! - [`PendingJobs`]: the jobs of one transaction (the pattern's `JobScheduler`):
 //!   [`add`](PendingJobs::add) / [`add_all`](PendingJobs::add_all),
 //!   [`create_pending`](PendingJobs::create_pending) inside the transaction (one `INSERT` for
@@ -33,14 +36,13 @@
 //! # Example
 //!
 //! ```no_run
-//! use jobrelay::producer::{JobBuilder, Producer};
+//! use jobrelay::producer::{connect_redis, JobBuilder, Producer};
+//! use jobrelay::sqlx;
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let pool = sqlx::PgPool::connect("postgres://127.0.0.1/app").await?;
-//! let mut redis = redis::Client::open("redis://127.0.0.1:6379")?
-//!     .get_multiplexed_async_connection()
-//!     .await?;
-//! let producer = Producer::new("app1:"); // the relay's --namespace
+//! let mut redis = connect_redis("redis://127.0.0.1:6379").await?;
+//! let producer = Producer::new("app1:"); // the relay's --namespace: they must agree
 //!
 //! let mut jobs = producer.pending();
 //! let mut tx = pool.begin().await?;
@@ -69,13 +71,16 @@
 //! trace. It needs only the `opentelemetry` API crate; the default build has no OpenTelemetry.
 
 mod builder;
+mod connect;
 mod pending;
 mod sql;
 #[cfg(feature = "otel")]
 mod trace;
 
 pub use self::builder::{IntoJob, JobBuilder};
+pub use self::connect::connect_redis;
 pub use self::pending::{FastPathError, PendingJobs, Producer, PushReport, RowRef, Stage};
+pub use crate::redis::connection::RedisConnection;
 
 /// The producer's statements on `table`: `[insert, claim, delete]` (for the plan tests).
 #[doc(hidden)]

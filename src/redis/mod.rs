@@ -5,6 +5,8 @@
 //! - [`enqueue`]: [`enqueue::Enqueuer`] runs a layout's script for a batch of jobs; per-job
 //!   [`enqueue::Outcome`]s.
 //! - [`layout`]: the layouts, `jobrelay` and `conveyor`.
+//! - [`url`]: the Redis URL forms (`redis://`, `rediss://`, `redis+sentinel://`,
+//!   `redis+cluster://`) and the endpoint each names.
 //! - [`sink`]: [`sink::RedisSink`], the claim loop's [`crate::relay::JobSink`] for Redis.
 //! - [`probe`]: whether Redis takes writes as the relay needs: as a master, without evicting keys,
 //!   with the replicas asked for (used by [`crate::relay::probe`] and the sink).
@@ -14,3 +16,4 @@ pub mod enqueue;
 pub mod layout;
 pub mod probe;
 pub mod sink;
+pub mod url;

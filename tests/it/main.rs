@@ -12,7 +12,9 @@
 //! - `rq`: the rq layout, checked by real RQ workers and RQ's API;
 //! - `config`: flags, environment, files, validation;
 //! - `ops`: metrics, probes, TLS, secrets, `check`, roles, deploy files, the HTTP listener;
-//! - `bench`: the benchmark programs run tiny so that they cannot rot.
+//! - `bench`: the benchmark programs run tiny so that they cannot rot;
+//! - `docs`: every code block of the README and docs/ runs (or compiles, parses), every link
+//!   resolves.
 //!
 //! Shared helpers live in `common`. Tests need `DATABASE_URL` (for `#[sqlx::test]`) and the
 //! shared Redis (`REDIS_URL`, default 127.0.0.1:6379); waits are bounded by deadlines.
@@ -28,6 +30,7 @@ mod celery;
 mod config;
 mod consumer;
 mod conveyor;
+mod docs;
 mod enqueue;
 mod faults;
 mod ops;

@@ -24,11 +24,11 @@ use crate::redis::layout::{Layout, LayoutKind};
 pub const MAX_JOBS_PER_CALL: usize = 1000;
 
 /// Default `--max-job-size`: the largest marshalled job relayed (larger ones are dead-lettered
-/// as permanent failures). See the README's measurements.
+/// as permanent failures). Measured: docs/benchmarks.md#the-byte-cap-and-the-job-size-limit.
 pub const DEFAULT_MAX_JOB_BYTES: usize = 8 * 1024 * 1024;
 
-/// Default bytes per script call and per batch (`--batch-max-bytes`). See the README's
-/// measurements.
+/// Default bytes per script call and per batch (`--batch-max-bytes`). Measured:
+/// docs/benchmarks.md#the-byte-cap-and-the-job-size-limit.
 pub const DEFAULT_MAX_CALL_BYTES: usize = 8 * 1024 * 1024;
 
 /// Runs the enqueue algorithm against one Redis, under one key namespace.

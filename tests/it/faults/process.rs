@@ -177,7 +177,7 @@ async fn a_frozen_relay_gives_its_rows_up_after_the_idle_transaction_timeout(poo
     let inserted = insert_bulk(&pool, ROWS).await;
     let mut logs = Logs::new();
     // Three claim slots: the frozen relay's two workers can hold two, so the other relay keeps
-    // one (a relay holds at most as many slots as it has workers; see the README on sizing).
+    // one (a relay holds at most as many slots as it has workers; see the README, Deploying).
     let args = ["--push-timeout", "1s", "--claim-slots", "3"];
     let mut frozen = logs.start(&db, &redis.url(), &ns, &args);
 

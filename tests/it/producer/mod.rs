@@ -7,9 +7,11 @@
 //! - the fast path: push and delete without a relay; with Redis down (error, rows kept, the
 //!   relay delivers each job once); racing a running relay (each job once); per-job refusals
 //!   (only those rows stay); a custom `--table`;
+//! - `connect_redis`: the fast path's connection from a URL;
 //! - the examples: `examples/things.rs` (its `run`) and `examples/plain_sql.sql` (via psql).
 
 mod builder;
+mod connect;
 mod examples;
 mod fast_path;
 mod transaction;

@@ -1,4 +1,4 @@
-//! `--redis-url`: the forms it takes (docs/cli.md#redis-urls) and the endpoint each names.
+//! `--redis-url`: the forms it takes (docs/redis.md#redis-urls) and the endpoint each names.
 //!
 //! - `redis://[user:password@]host[:6379][/db]`, `rediss://...` (TLS), `unix:///path`,
 //!   `redis+unix:///path`: one server, parsed by redis-rs.
