@@ -73,13 +73,15 @@
 mod builder;
 mod connect;
 mod pending;
+mod settings;
 mod sql;
 #[cfg(feature = "otel")]
 mod trace;
 
 pub use self::builder::{IntoJob, JobBuilder};
 pub use self::connect::connect_redis;
-pub use self::pending::{FastPathError, PendingJobs, Producer, PushReport, RowRef, Stage};
+pub use self::pending::{FastPathError, PendingJobs, PushReport, RowRef, Stage};
+pub use self::settings::Producer;
 pub use crate::redis::connection::RedisConnection;
 
 /// The producer's statements on `table`: `[insert, claim, delete]` (for the plan tests).
