@@ -16,7 +16,7 @@ use crate::backoff::per_job_delay;
 use crate::error::{Dependency, Error, ErrorClass, Reason, Result};
 use crate::job::Job;
 use crate::redis::enqueue::{JobResult, Outcome};
-use crate::telemetry::metrics;
+use crate::telemetry::events::{self, Event as _, Failures};
 use uuid::Uuid;
 
 /// How a batch is claimed and what happens to rows that fail.
@@ -74,6 +74,8 @@ struct Step {
     acknowledged: Vec<i64>,
     /// Rows the claim moved to the dead letters itself (over `--max-job-size`).
     buried: u64,
+    /// The first of them: `(id, uuid)`.
+    buried_first: Option<(i64, Uuid)>,
     /// Why the failed rows could not be handed back; `None` when they were (or none failed).
     hand_back_failed: Option<Error>,
 }
@@ -84,9 +86,21 @@ impl Step {
             report,
             acknowledged: Vec::new(),
             buried: 0,
+            buried_first: None,
             hand_back_failed: None,
         }
     }
+}
+
+/// The claimed rows, decoded ([`Batcher::decode`]).
+struct Decoded {
+    metas: Vec<RowMeta>,
+    jobs: Vec<Job>,
+    failed: Vec<Failed>,
+    /// Rows the claim moved to the dead letters itself (over `--max-job-size`).
+    buried: u64,
+    /// The first of them: `(id, uuid)`.
+    buried_first: Option<(i64, Uuid)>,
 }
 
 /// A row that did not make it, on its way back to the table or to the dead letters.
@@ -234,34 +248,39 @@ impl<S: JobSink> Batcher<S> {
                 // it drops it, and the batch is retried as after any failure.
                 return Err(e);
             }
-            self.settle_acknowledged(conn, &step.acknowledged, e, step.buried, &mut report)
+            let deleted = self
+                .settle_acknowledged(conn, &step.acknowledged, &e, step.buried, &mut report)
                 .await?;
             report.stages.settle += settling.elapsed();
-            metrics::batch_duration(started.elapsed());
+            events::BatchSettledApart {
+                acknowledged: step.acknowledged.len(),
+                deleted,
+                not_handed_back: report.kept,
+                error: &e,
+                duration: started.elapsed(),
+            }
+            .emit();
             return Ok(report);
-        }
-        if step.buried > 0 {
-            metrics::dead_lettered(step.buried);
         }
         if report.claimed > 0 {
             let committing = Instant::now();
             self.bounded("postgres commit", tx.commit()).await?;
             report.stages.commit = committing.elapsed();
-            metrics::batch_duration(started.elapsed());
-            tracing::debug!(
-                claimed = report.claimed,
-                queued = report.outcome(Outcome::Queued),
-                scheduled = report.outcome(Outcome::Scheduled),
-                children = report.outcome(Outcome::Children),
-                on_complete = report.outcome(Outcome::OnComplete),
-                duplicates = report.outcome(Outcome::Duplicate),
-                refused = report.refused,
-                invalid = report.invalid,
-                dead_lettered = report.dead_lettered,
-                kept = report.kept,
-                claim_ms = report.stages.claim.as_secs_f64() * 1000.0,
-                "batch committed"
-            );
+            if let Some((first_id, first_uuid)) = step.buried_first {
+                // Moved by the claim itself, and so only once the batch committed.
+                events::OversizeRowsDeadLettered {
+                    rows: step.buried,
+                    first_id,
+                    first_uuid,
+                    max_job_bytes: self.settings.max_job_bytes,
+                }
+                .emit();
+            }
+            events::BatchCommitted {
+                report: &report,
+                duration: started.elapsed(),
+            }
+            .emit();
         } else {
             // Nothing was written; let the connection go back clean.
             self.bounded("postgres rollback", tx.rollback()).await?;
@@ -275,14 +294,15 @@ impl<S: JobSink> Batcher<S> {
     /// a full tablespace. The failed rows stay pending, untouched, and are retried with the
     /// next batch. A row another worker claimed in the meantime is waited for
     /// ([`Queries::settle_acknowledged`]).
+    /// Returns how many rows it deleted.
     async fn settle_acknowledged(
         &self,
         conn: &mut PgConnection,
         acknowledged: &[i64],
-        e: Error,
+        e: &Error,
         buried: u64,
         report: &mut Report,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let deleted = if acknowledged.is_empty() {
             0
         } else {
@@ -317,15 +337,12 @@ impl<S: JobSink> Batcher<S> {
         report.kept = unsettled;
         report.dead_lettered -= buried;
         report.handed_back = 0;
-        tracing::debug!(acknowledged = acknowledged.len(), deleted,
-            not_handed_back = unsettled, error = %crate::telemetry::redact::scrub(&e.to_string()),
-            "hand-back failed: the acknowledged rows deleted on their own, the rest left pending as they were");
         report.unsettled = Some(Interruption {
             dependency: e.dependency().unwrap_or(Dependency::Postgres),
             reason: e.reason(),
             error: e.to_string(),
         });
-        Ok(())
+        Ok(deleted)
     }
 
     async fn claim_push_settle(
@@ -375,12 +392,15 @@ impl<S: JobSink> Batcher<S> {
             return Ok(Step::of(report));
         }
 
-        let (metas, jobs, mut failed, buried) = self.decode(claimed, &mut report);
+        let mut failures = Failures::default();
+        let decoded = self.decode(claimed, &mut report, &mut failures);
+        let (metas, jobs, mut failed) = (decoded.metas, decoded.jobs, decoded.failed);
         let pushing = Instant::now();
         let results = self.push(&jobs).await?;
-        let acknowledged = self.classify(&metas, &jobs, results, &mut failed, &mut report);
+        let acknowledged =
+            self.classify(&metas, &jobs, results, &mut failed, &mut report, failures);
         report.stages.push = pushing.elapsed();
-        report.handed_back = buried;
+        report.handed_back = decoded.buried;
         let mut hand_back_failed = None;
         if !failed.is_empty() {
             let settling = Instant::now();
@@ -392,19 +412,21 @@ impl<S: JobSink> Batcher<S> {
         Ok(Step {
             report,
             acknowledged,
-            buried,
+            buried: decoded.buried,
+            buried_first: decoded.buried_first,
             hand_back_failed,
         })
     }
 
     /// Turns claimed rows into jobs, in `id` order. Rows that can never become a job are
-    /// failed permanently; rows the claim itself dead-lettered (over `--max-job-size`) are
-    /// only counted, and their number returned last.
+    /// failed permanently (counted in `failures`); rows the claim itself dead-lettered (over
+    /// `--max-job-size`) are only counted, and logged once the batch commits.
     fn decode(
         &self,
         mut claimed: Vec<ClaimedRow>,
         report: &mut Report,
-    ) -> (Vec<RowMeta>, Vec<Job>, Vec<Failed>, u64) {
+        failures: &mut Failures,
+    ) -> Decoded {
         claimed.sort_unstable_by_key(|c| c.row.id);
         let mut metas: Vec<RowMeta> = Vec::with_capacity(claimed.len());
         let mut jobs = Vec::with_capacity(claimed.len());
@@ -428,6 +450,7 @@ impl<S: JobSink> Batcher<S> {
                     // A failed attempt like any other, though the last one (docs/guarantees.md#failure-classes).
                     row.attempts = row.attempts.saturating_add(1);
                     report.invalid += 1;
+                    failures.add(ErrorClass::Permanent, e.reason(), 1);
                     failed.push(Failed {
                         row,
                         error: e.to_string(),
@@ -436,15 +459,19 @@ impl<S: JobSink> Batcher<S> {
                 }
             }
         }
-        if let Some((id, uuid)) = buried_first {
+        if buried > 0 {
             report.invalid += buried;
             report.dead_lettered += buried;
-            // Counted in the metric once the batch commits them (in_transaction).
-            tracing::warn!(rows = buried, first_id = id, first_uuid = %uuid,
-                max_job_bytes = self.settings.max_job_bytes,
-                "rows over --max-job-size moved to the dead-letter table");
+            // A job too large (`Error::TooLarge`): permanent, about the job itself.
+            failures.add(ErrorClass::Permanent, Reason::Other, buried);
         }
-        (metas, jobs, failed, buried)
+        Decoded {
+            metas,
+            jobs,
+            failed,
+            buried,
+            buried_first,
+        }
     }
 
     /// Pushes the jobs; one result per job. `Err`: nothing was acknowledged (roll back).
@@ -465,11 +492,18 @@ impl<S: JobSink> Batcher<S> {
                 ))))
             }
         });
-        results.inspect_err(|_| metrics::failures(ErrorClass::Transient, jobs.len() as u64))
+        results.inspect_err(|e| {
+            events::PushFailed {
+                jobs: jobs.len() as u64,
+                reason: e.reason(),
+            }
+            .emit()
+        })
     }
 
     /// Counts each job's result; the jobs that did not make it join `failed` with their fate.
-    /// Returns the ids of the rows whose jobs Redis acknowledged.
+    /// Emits what Redis answered, with the batch's `failures` so far (rows that never became
+    /// jobs). Returns the ids of the rows whose jobs Redis acknowledged.
     fn classify(
         &self,
         metas: &[RowMeta],
@@ -477,6 +511,7 @@ impl<S: JobSink> Batcher<S> {
         results: Vec<JobResult>,
         failed: &mut Vec<Failed>,
         report: &mut Report,
+        mut failures: Failures,
     ) -> Vec<i64> {
         let now = Utc::now();
         let mut acknowledged = Vec::with_capacity(jobs.len());
@@ -486,20 +521,25 @@ impl<S: JobSink> Batcher<S> {
                 Ok(outcome) => {
                     report.outcomes[outcome.index()] += 1;
                     if outcome == Outcome::Late {
-                        let name = |u: Option<Uuid>| u.map(|u| u.to_string()).unwrap_or_default();
-                        tracing::warn!(uuid = %job.uuid, id = meta.id,
-                            parent = name(job.parent_uuid),
-                            predecessor = name(job.predecessor_uuid),
-                            "late job: its parent or predecessor had already finished; \
-                             relayed as a job of its own");
+                        events::LateJob {
+                            uuid: job.uuid,
+                            id: meta.id,
+                            parent: job.parent_uuid,
+                            predecessor: job.predecessor_uuid,
+                        }
+                        .emit();
                     }
-                    metrics::relay_lag((now - job.created_at).as_seconds_f64());
+                    events::JobAnswered {
+                        lag_seconds: (now - job.created_at).as_seconds_f64(),
+                    }
+                    .emit();
                     acknowledged.push(meta.id);
                     continue;
                 }
                 Err(e) => e,
             };
             let mut attempts = meta.attempts.saturating_add(1);
+            failures.add(e.class(), e.reason(), 1);
             let fate = match e.class() {
                 ErrorClass::Transient => {
                     // Not acknowledged while others were: kept as it was, for the next batch.
@@ -539,15 +579,12 @@ impl<S: JobSink> Batcher<S> {
                 fate,
             });
         }
-        for o in Outcome::ALL {
-            metrics::relayed(o, report.outcome(o));
+        events::BatchAnswered {
+            outcomes: &report.outcomes,
+            failures: &failures,
+            first_refusal: first_refusal.as_deref(),
         }
-        metrics::failures(ErrorClass::Transient, report.kept);
-        metrics::failures(ErrorClass::PerJob, report.refused);
-        metrics::failures(ErrorClass::Permanent, report.invalid);
-        if let Some(first) = first_refusal {
-            tracing::warn!(refused = report.refused, first_error = %first, "jobs refused by redis; kept for retry");
-        }
+        .emit();
         acknowledged
     }
 
@@ -572,8 +609,11 @@ impl<S: JobSink> Batcher<S> {
                 .await?;
             report.handed_back += n;
             report.dead_lettered += n;
-            metrics::dead_lettered(n);
-            tracing::warn!(rows = n, first_error = %first, "rows moved to the dead-letter table");
+            events::RowsDeadLettered {
+                rows: n,
+                first_error: &first,
+            }
+            .emit();
         }
         Ok(())
     }
