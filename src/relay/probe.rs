@@ -433,7 +433,7 @@ pub async fn probe(
     health: Arc<Health>,
     shutdown: CancellationToken,
 ) {
-    let backlog = Backlog::new(&table, layout);
+    let mut backlog = Backlog::new(&table, layout);
     let mut last_backlog: Option<Instant> = None;
     let mut horizon = HorizonWatch::default();
     let mut ticker = tokio::time::interval(PROBE_INTERVAL);

@@ -3,6 +3,7 @@
 //! not yet due, which `jobrelay_oldest_pending_age_seconds` counts.
 
 use super::*;
+use jobrelay::relay::backlog::Backlog;
 use jobrelay::relay::queries::{self, Queries};
 use jobrelay::{LayoutKind, TableName};
 use sqlx::Connection as _;
@@ -21,19 +22,27 @@ async fn insert_aged(pool: &PgPool, hours: i32, available_in: &str, run_in: &str
     .unwrap()
 }
 
-/// [`Queries::oldest_claimable`] for `layout`, as the probe runs it.
+/// [`Queries::oldest_claimable`] for `layout` from the lowest id, as the probe runs it; 0 when
+/// no row is claimable.
 async fn claimable_age(pool: &PgPool, layout: LayoutKind) -> f64 {
     let sql = Queries::for_layout(&TableName::default(), layout).oldest_claimable;
     let mut conn = pool.acquire().await.unwrap();
     let mut tx = conn.begin_with(queries::BEGIN).await.unwrap();
-    let age: f64 = sqlx::query_scalar(&sql).fetch_one(&mut *tx).await.unwrap();
+    let found: Option<(i64, f64)> = sqlx::query_as(&sql)
+        .bind(i64::MIN)
+        .fetch_optional(&mut *tx)
+        .await
+        .unwrap();
     tx.rollback().await.unwrap();
-    age
+    found.map_or(0.0, |(_, age)| age)
+}
+
+fn near(age: f64, hours: f64) -> bool {
+    (age - hours * 3600.0).abs() < 60.0
 }
 
 #[sqlx::test]
 async fn the_claimable_age_leaves_out_parked_rows_and_celery_rows_not_due(pool: PgPool) {
-    let hour = |age: f64, hours: f64| (age - hours * 3600.0).abs() < 60.0;
     assert_eq!(claimable_age(&pool, LayoutKind::Jobrelay).await, 0.0);
     // Parked for a retry, 3 hours old; due in an hour, 2 hours old; claimable, 1 hour old.
     insert_aged(&pool, 3, "1 hour", "NULL").await;
@@ -41,17 +50,54 @@ async fn the_claimable_age_leaves_out_parked_rows_and_celery_rows_not_due(pool: 
     let claimable = insert_aged(&pool, 1, "0 seconds", "NULL").await;
     // Every layout but celery pushes a row due later at once (into a scheduled set).
     let age = claimable_age(&pool, LayoutKind::Jobrelay).await;
-    assert!(hour(age, 2.0), "jobrelay layout: {age}");
+    assert!(near(age, 2.0), "jobrelay layout: {age}");
     // The celery layout holds it in the outbox until it is due.
     let age = claimable_age(&pool, LayoutKind::Celery).await;
-    assert!(hour(age, 1.0), "celery layout: {age}");
+    assert!(near(age, 1.0), "celery layout: {age}");
     sqlx::query("DELETE FROM pending_jobs WHERE id = $1")
         .bind(claimable)
         .execute(&pool)
         .await
         .unwrap();
     assert_eq!(claimable_age(&pool, LayoutKind::Celery).await, 0.0);
-    assert!(hour(claimable_age(&pool, LayoutKind::Jobrelay).await, 2.0));
+    assert!(near(claimable_age(&pool, LayoutKind::Jobrelay).await, 2.0));
+}
+
+/// The sampler looks from its mark (the first claimable row it found), so a dead or parked head
+/// is not walked at every sample, and from the lowest id at each catch-up, which finds a row
+/// that became claimable below the mark.
+#[sqlx::test]
+async fn the_claimable_age_looks_from_its_mark_and_catches_up_below_it(pool: PgPool) {
+    let parked = insert_aged(&pool, 3, "1 hour", "NULL").await;
+    insert_aged(&pool, 1, "0 seconds", "NULL").await;
+    let mut backlog = Backlog::new(&TableName::default(), LayoutKind::Jobrelay)
+        .catch_up_every(Duration::from_secs(3600));
+    // The first sample is a catch-up; the mark moves to the claimable row.
+    let age = backlog
+        .sample(&pool)
+        .await
+        .unwrap()
+        .oldest_claimable_age_seconds;
+    assert!(near(age, 1.0), "{age}");
+    sqlx::query("UPDATE pending_jobs SET available_at = now() WHERE id = $1")
+        .bind(parked)
+        .execute(&pool)
+        .await
+        .unwrap();
+    // From the mark: the row below it is found by the next catch-up, not now.
+    let age = backlog
+        .sample(&pool)
+        .await
+        .unwrap()
+        .oldest_claimable_age_seconds;
+    assert!(near(age, 1.0), "{age}");
+    let mut backlog = backlog.catch_up_every(Duration::ZERO);
+    let age = backlog
+        .sample(&pool)
+        .await
+        .unwrap()
+        .oldest_claimable_age_seconds;
+    assert!(near(age, 3.0), "{age}");
 }
 
 /// A relay's gauges while a claimable row is held by another transaction (no claim can take
@@ -84,13 +130,13 @@ async fn a_relay_reports_the_oldest_claimable_age_apart_from_the_oldest_pending(
             m.try_get("jobrelay_oldest_claimable_age_seconds"),
         )
     };
-    let near = |v: Option<f64>, hours: f64| v.is_some_and(|v| (v - hours * 3600.0).abs() < 60.0);
+    let about = |v: Option<f64>, hours: f64| v.is_some_and(|v| near(v, hours));
     wait_until(
         "the held row's age sampled",
         Duration::from_secs(15),
         || async {
             let (pending, claimable) = ages(&d.metrics().await);
-            near(pending, 3.0) && near(claimable, 1.0)
+            about(pending, 3.0) && about(claimable, 1.0)
         },
     )
     .await;
@@ -99,7 +145,7 @@ async fn a_relay_reports_the_oldest_claimable_age_apart_from_the_oldest_pending(
         let m = d.metrics().await;
         let (pending, claimable) = ages(&m);
         m.try_get("jobrelay_pending_jobs") == Some(1.0)
-            && near(pending, 3.0)
+            && about(pending, 3.0)
             && claimable == Some(0.0)
     })
     .await;

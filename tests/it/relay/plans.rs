@@ -93,14 +93,19 @@ fn cases() -> Vec<Case> {
         ),
         claim("hand-back", &plain.retry, &hand_back_args()),
         claim(
-            "oldest claimable row (the probe)",
+            "oldest claimable row, catch-up from the lowest id (the probe)",
             &plain.oldest_claimable,
-            "",
+            &i64::MIN.to_string(),
+        ),
+        claim(
+            "oldest claimable row from a mark (the probe)",
+            &plain.oldest_claimable,
+            "50000",
         ),
         claim(
             "oldest claimable row, celery layout (the probe)",
             &celery.oldest_claimable,
-            "",
+            &i64::MIN.to_string(),
         ),
         claim("dead-letter", &plain.dead_letter, &hand_back_args()),
         unnamed("fast path claim", &fast_claim),
