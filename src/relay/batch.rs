@@ -4,13 +4,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use sqlx::postgres::PgRow;
-use sqlx::{Connection as _, PgConnection, PgPool, Row as _};
+use sqlx::{Connection as _, PgConnection, PgPool};
 
+use self::settle::{Failed, Fate};
 use super::cursor::{ClaimCursor, Claimed};
 use super::queries::{self, Queries};
 use super::report::{Interruption, Report};
-use super::row::{PendingRow, RowMeta};
+use super::row::{ClaimedRow, PendingRow, RowMeta};
 use super::sink::JobSink;
 use crate::backoff::per_job_delay;
 use crate::error::{Dependency, Error, ErrorClass, Reason, Result};
@@ -19,44 +19,10 @@ use crate::redis::enqueue::{JobResult, Outcome};
 use crate::telemetry::events::{self, Event as _, Failures};
 use uuid::Uuid;
 
-/// How a batch is claimed and what happens to rows that fail.
-#[derive(Debug, Clone)]
-pub struct BatchSettings {
-    /// Rows claimed per transaction.
-    pub batch_size: usize,
-    /// Bytes claimed per transaction (payloads plus an estimate per row), past the first row.
-    pub max_batch_bytes: usize,
-    /// Largest payload fetched: a row over it is dead-lettered by the claim itself.
-    pub max_job_bytes: usize,
-    /// Attempts after which a refused row moves to the dead-letter table.
-    pub max_attempts: u32,
-    /// Client-side bound on each statement (claim, hand-back, commit), on top of the server's
-    /// `statement_timeout`: a Postgres that stops answering cannot hold a worker.
-    pub statement_timeout: Duration,
-    /// `idle_in_transaction_session_timeout` of each batch's transaction (`SET LOCAL`, see
-    /// [`crate::db::begin_statement`]): a relay that stops while it holds rows loses them.
-    pub idle_in_transaction_timeout: Duration,
-    /// Fleet-wide claim slots (`--claim-slots`): a batch runs only while its transaction holds
-    /// one of these many advisory locks, shared by every relay on the table, so that a fleet
-    /// of sidecars has at most this many batches in flight. `None`: no slot needed (the sweep,
-    /// library users).
-    pub claim_slots: Option<u32>,
-}
+mod settings;
+mod settle;
 
-impl Default for BatchSettings {
-    /// The daemon's defaults: 1,000 rows, 8 MiB, jobs up to 8 MiB, 25 attempts, 15 s, 20 s.
-    fn default() -> Self {
-        BatchSettings {
-            batch_size: crate::defaults::DEFAULT_BATCH_SIZE,
-            max_batch_bytes: crate::redis::enqueue::DEFAULT_MAX_CALL_BYTES,
-            max_job_bytes: crate::redis::enqueue::DEFAULT_MAX_JOB_BYTES,
-            max_attempts: 25,
-            statement_timeout: Duration::from_secs(15),
-            idle_in_transaction_timeout: Duration::from_secs(20),
-            claim_slots: None,
-        }
-    }
-}
+pub use self::settings::BatchSettings;
 
 /// Runs batches for one worker: one [`JobSink`], one connection at a time from the pool.
 pub struct Batcher<S> {
@@ -101,42 +67,6 @@ struct Decoded {
     buried: u64,
     /// The first of them: `(id, uuid)`.
     buried_first: Option<(i64, Uuid)>,
-}
-
-/// A row that did not make it, on its way back to the table or to the dead letters.
-struct Failed {
-    row: PendingRow,
-    error: String,
-    fate: Fate,
-}
-
-/// Where a failed row goes.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Fate {
-    /// Back to the outbox table, claimable after this delay.
-    Retry(Duration),
-    /// To the dead-letter table.
-    Dead,
-}
-
-/// A claimed row, and whether the claim itself moved it to the dead letters (its payload is
-/// over `--max-job-size` and was never fetched).
-struct ClaimedRow {
-    row: PendingRow,
-    buried: bool,
-    /// The byte cap left locked rows out of this batch (the same for every row).
-    capped: bool,
-}
-
-/// The claim's columns: [`PendingRow`]'s, then `buried` and `capped` (see [`Queries::claim`]).
-impl<'r> sqlx::FromRow<'r, PgRow> for ClaimedRow {
-    fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
-        Ok(ClaimedRow {
-            row: PendingRow::from_row(row)?,
-            buried: row.try_get(12)?,
-            capped: row.try_get(13)?,
-        })
-    }
 }
 
 impl<S: JobSink> Batcher<S> {
@@ -286,63 +216,6 @@ impl<S: JobSink> Batcher<S> {
             self.bounded("postgres rollback", tx.rollback()).await?;
         }
         Ok(report)
-    }
-
-    /// After a failed hand-back: deletes the rows whose jobs Redis acknowledged (the batch was
-    /// rolled back, every row is pending again as it was), in a statement of its own. A
-    /// delete writes no new row, so it succeeds where the hand-back's INSERT could not extend
-    /// a full tablespace. The failed rows stay pending, untouched, and are retried with the
-    /// next batch. A row another worker claimed in the meantime is waited for
-    /// ([`Queries::settle_acknowledged`]).
-    /// Returns how many rows it deleted.
-    async fn settle_acknowledged(
-        &self,
-        conn: &mut PgConnection,
-        acknowledged: &[i64],
-        e: &Error,
-        buried: u64,
-        report: &mut Report,
-    ) -> Result<u64> {
-        let deleted = if acknowledged.is_empty() {
-            0
-        } else {
-            // In a transaction of its own, with the relay's settings (a statement with
-            // parameters outside a transaction could reach two server connections through
-            // PgBouncer in transaction mode).
-            let begin = crate::db::begin_statement(
-                self.settings.statement_timeout,
-                self.settings.idle_in_transaction_timeout,
-            );
-            let mut tx = self
-                .bounded("postgres begin", conn.begin_with(begin))
-                .await?;
-            let deleted = self
-                .bounded(
-                    "postgres settle",
-                    sqlx::query(&self.queries.settle_acknowledged)
-                        .bind(acknowledged)
-                        // Run rarely, planned each time for the table as it is now: no
-                        // generic plan cached while the table was small.
-                        .persistent(false)
-                        .execute(&mut *tx),
-                )
-                .await?
-                .rows_affected();
-            self.bounded("postgres commit", tx.commit()).await?;
-            deleted
-        };
-        // Every row not delivered is pending again as it was: the refused and invalid ones,
-        // those kept, and those the claim had moved to the dead letters (over --max-job-size).
-        let unsettled = report.refused + report.invalid + report.kept;
-        report.kept = unsettled;
-        report.dead_lettered -= buried;
-        report.handed_back = 0;
-        report.unsettled = Some(Interruption {
-            dependency: e.dependency().unwrap_or(Dependency::Postgres),
-            reason: e.reason(),
-            error: e.to_string(),
-        });
-        Ok(deleted)
     }
 
     async fn claim_push_settle(
@@ -586,96 +459,6 @@ impl<S: JobSink> Batcher<S> {
         }
         .emit();
         acknowledged
-    }
-
-    /// Puts failed rows back (attempts + 1, delayed) or moves them to the dead letters.
-    async fn settle_failures(
-        &self,
-        conn: &mut PgConnection,
-        failed: Vec<Failed>,
-        report: &mut Report,
-    ) -> Result<()> {
-        let (retry, dead): (Vec<Failed>, Vec<Failed>) =
-            failed.into_iter().partition(|f| f.fate != Fate::Dead);
-        if !retry.is_empty() {
-            let n = retry.len() as u64;
-            self.hand_back(conn, &self.queries.retry, retry).await?;
-            report.handed_back += n;
-        }
-        if !dead.is_empty() {
-            let n = dead.len() as u64;
-            let first = dead[0].error.clone();
-            self.hand_back(conn, &self.queries.dead_letter, dead)
-                .await?;
-            report.handed_back += n;
-            report.dead_lettered += n;
-            events::RowsDeadLettered {
-                rows: n,
-                first_error: &first,
-            }
-            .emit();
-        }
-        Ok(())
-    }
-
-    async fn hand_back(&self, conn: &mut PgConnection, sql: &str, rows: Vec<Failed>) -> Result<()> {
-        let n = rows.len();
-        let mut id = Vec::with_capacity(n);
-        let mut uuid = Vec::with_capacity(n);
-        let mut queue = Vec::with_capacity(n);
-        let mut job_type = Vec::with_capacity(n);
-        let mut payload = Vec::with_capacity(n);
-        let mut parent = Vec::with_capacity(n);
-        let mut pred = Vec::with_capacity(n);
-        let mut dead_parent = Vec::with_capacity(n);
-        let mut run_at = Vec::with_capacity(n);
-        let mut headers = Vec::with_capacity(n);
-        let mut created_at = Vec::with_capacity(n);
-        let mut attempts = Vec::with_capacity(n);
-        let mut delay = Vec::with_capacity(n);
-        let mut last_error = Vec::with_capacity(n);
-        for f in rows {
-            let r = f.row;
-            id.push(r.id);
-            uuid.push(r.uuid);
-            queue.push(r.queue);
-            job_type.push(r.job_type);
-            payload.push(r.payload);
-            parent.push(r.parent_uuid);
-            pred.push(r.predecessor_uuid);
-            dead_parent.push(r.dead_parent);
-            run_at.push(r.run_at);
-            headers.push(r.headers);
-            created_at.push(r.created_at);
-            attempts.push(r.attempts);
-            delay.push(match f.fate {
-                Fate::Retry(d) => d.as_secs_f64(),
-                Fate::Dead => 0.0,
-            });
-            last_error.push(f.error);
-        }
-        self.bounded(
-            "postgres hand-back",
-            sqlx::query(sql)
-                .persistent(false)
-                .bind(id)
-                .bind(uuid)
-                .bind(queue)
-                .bind(job_type)
-                .bind(payload)
-                .bind(parent)
-                .bind(pred)
-                .bind(dead_parent)
-                .bind(run_at)
-                .bind(headers)
-                .bind(created_at)
-                .bind(attempts)
-                .bind(delay)
-                .bind(last_error)
-                .execute(conn),
-        )
-        .await?;
-        Ok(())
     }
 
     async fn bounded<T, E: Into<Error>>(
