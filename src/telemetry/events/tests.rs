@@ -101,7 +101,8 @@ fn horizon() -> Horizon {
     }
 }
 
-fn cases() -> Vec<Case> {
+/// The events of a batch.
+fn batch_cases() -> Vec<Case> {
     vec![
         case(
             "PushFailed",
@@ -207,6 +208,12 @@ fn cases() -> Vec<Case> {
                 ("jobrelay_batch_duration_seconds_sum", 0.003),
             ],
         ),
+    ]
+}
+
+/// The episodes of the dependencies, the table and the tasks.
+fn dependency_cases() -> Vec<Case> {
+    vec![
         case(
             "DependencyConnected",
             || {
@@ -309,6 +316,12 @@ fn cases() -> Vec<Case> {
             &[("ERROR", "relay task panicked; its batch rolled back, restarting it")],
             &[("jobrelay_task_panics_total{task=\"worker\"}", 1.0)],
         ),
+    ]
+}
+
+/// The probe's samples.
+fn backlog_cases() -> Vec<Case> {
+    vec![
         case(
             "BacklogSampled",
             || {
@@ -368,7 +381,10 @@ fn cases() -> Vec<Case> {
 #[test]
 fn every_event_writes_its_log_lines_and_its_metrics() {
     let mut wrong = Vec::new();
-    for c in cases() {
+    for c in [batch_cases(), dependency_cases(), backlog_cases()]
+        .into_iter()
+        .flatten()
+    {
         let out = emitted(c.emit);
         let logs: Vec<(String, String)> = out
             .logs
