@@ -296,6 +296,30 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason: the closed set of names a `reason` (log field, `/readyz`, `jobrelay
+    /// check`, the `reason` label of `jobrelay_job_failures_total`) can take.
+    pub const ALL: [Reason; 19] = [
+        Reason::Unreachable,
+        Reason::Refused,
+        Reason::Timeout,
+        Reason::OutOfMemory,
+        Reason::DiskFull,
+        Reason::LockWait,
+        Reason::ReadOnly,
+        Reason::Authentication,
+        Reason::PermissionDenied,
+        Reason::TableMissing,
+        Reason::Loading,
+        Reason::TooManyConnections,
+        Reason::Cluster,
+        Reason::UnknownCommand,
+        Reason::ScriptMissing,
+        Reason::ReplicasBehind,
+        Reason::EvictionPolicy,
+        Reason::Unavailable,
+        Reason::Other,
+    ];
+
     /// The name used in logs (`reason` field), `/readyz` and `jobrelay check`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -732,5 +756,36 @@ mod tests {
         assert_eq!(e.class(), ErrorClass::Permanent);
         assert_eq!(e.dependency(), None);
         assert_eq!(e.reason(), Reason::Other);
+    }
+
+    #[test]
+    fn reason_all_lists_every_reason_once() {
+        // A new variant fails to compile here until it is given a place in `Reason::ALL`.
+        let place = |r: Reason| match r {
+            Reason::Unreachable => 0,
+            Reason::Refused => 1,
+            Reason::Timeout => 2,
+            Reason::OutOfMemory => 3,
+            Reason::DiskFull => 4,
+            Reason::LockWait => 5,
+            Reason::ReadOnly => 6,
+            Reason::Authentication => 7,
+            Reason::PermissionDenied => 8,
+            Reason::TableMissing => 9,
+            Reason::Loading => 10,
+            Reason::TooManyConnections => 11,
+            Reason::Cluster => 12,
+            Reason::UnknownCommand => 13,
+            Reason::ScriptMissing => 14,
+            Reason::ReplicasBehind => 15,
+            Reason::EvictionPolicy => 16,
+            Reason::Unavailable => 17,
+            Reason::Other => 18,
+        };
+        for (i, r) in Reason::ALL.into_iter().enumerate() {
+            assert_eq!(place(r), i, "{r}");
+        }
+        let names: std::collections::HashSet<_> = Reason::ALL.map(Reason::as_str).into();
+        assert_eq!(names.len(), Reason::ALL.len());
     }
 }

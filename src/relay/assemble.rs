@@ -55,6 +55,7 @@ impl Assembly {
         );
         let namespace = self.enqueuer.namespace().to_owned();
         let (h, stop, safety) = (health.clone(), shutdown.clone(), self.safety);
+        let layout = self.enqueuer.layout();
         tracker.spawn(supervise::supervised(
             "probe",
             health.clone(),
@@ -68,7 +69,7 @@ impl Assembly {
                     probe::PROBE_INTERVAL,
                 )
                 .with_safety(safety);
-                probe::probe(probe, table.clone(), h.clone(), stop.clone())
+                probe::probe(probe, table.clone(), layout, h.clone(), stop.clone())
             },
         ));
         if self.enqueuer.needs_repair() {

@@ -4,59 +4,25 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use sqlx::postgres::PgRow;
-use sqlx::{Connection as _, PgConnection, PgPool, Row as _};
+use sqlx::{Connection as _, PgConnection, PgPool};
 
+use self::settle::{Failed, Fate};
 use super::cursor::{ClaimCursor, Claimed};
 use super::queries::{self, Queries};
 use super::report::{Interruption, Report};
-use super::row::{PendingRow, RowMeta};
+use super::row::{ClaimedRow, PendingRow, RowMeta};
 use super::sink::JobSink;
 use crate::backoff::per_job_delay;
 use crate::error::{Dependency, Error, ErrorClass, Reason, Result};
 use crate::job::Job;
 use crate::redis::enqueue::{JobResult, Outcome};
-use crate::telemetry::metrics;
+use crate::telemetry::events::{self, Event as _, Failures};
 use uuid::Uuid;
 
-/// How a batch is claimed and what happens to rows that fail.
-#[derive(Debug, Clone)]
-pub struct BatchSettings {
-    /// Rows claimed per transaction.
-    pub batch_size: usize,
-    /// Bytes claimed per transaction (payloads plus an estimate per row), past the first row.
-    pub max_batch_bytes: usize,
-    /// Largest payload fetched: a row over it is dead-lettered by the claim itself.
-    pub max_job_bytes: usize,
-    /// Attempts after which a refused row moves to the dead-letter table.
-    pub max_attempts: u32,
-    /// Client-side bound on each statement (claim, hand-back, commit), on top of the server's
-    /// `statement_timeout`: a Postgres that stops answering cannot hold a worker.
-    pub statement_timeout: Duration,
-    /// `idle_in_transaction_session_timeout` of each batch's transaction (`SET LOCAL`, see
-    /// [`crate::db::begin_statement`]): a relay that stops while it holds rows loses them.
-    pub idle_in_transaction_timeout: Duration,
-    /// Fleet-wide claim slots (`--claim-slots`): a batch runs only while its transaction holds
-    /// one of these many advisory locks, shared by every relay on the table, so that a fleet
-    /// of sidecars has at most this many batches in flight. `None`: no slot needed (the sweep,
-    /// library users).
-    pub claim_slots: Option<u32>,
-}
+mod settings;
+mod settle;
 
-impl Default for BatchSettings {
-    /// The daemon's defaults: 1,000 rows, 8 MiB, jobs up to 8 MiB, 25 attempts, 15 s, 20 s.
-    fn default() -> Self {
-        BatchSettings {
-            batch_size: crate::defaults::DEFAULT_BATCH_SIZE,
-            max_batch_bytes: crate::redis::enqueue::DEFAULT_MAX_CALL_BYTES,
-            max_job_bytes: crate::redis::enqueue::DEFAULT_MAX_JOB_BYTES,
-            max_attempts: 25,
-            statement_timeout: Duration::from_secs(15),
-            idle_in_transaction_timeout: Duration::from_secs(20),
-            claim_slots: None,
-        }
-    }
-}
+pub use self::settings::BatchSettings;
 
 /// Runs batches for one worker: one [`JobSink`], one connection at a time from the pool.
 pub struct Batcher<S> {
@@ -74,6 +40,8 @@ struct Step {
     acknowledged: Vec<i64>,
     /// Rows the claim moved to the dead letters itself (over `--max-job-size`).
     buried: u64,
+    /// The first of them: `(id, uuid)`.
+    buried_first: Option<(i64, Uuid)>,
     /// Why the failed rows could not be handed back; `None` when they were (or none failed).
     hand_back_failed: Option<Error>,
 }
@@ -84,45 +52,21 @@ impl Step {
             report,
             acknowledged: Vec::new(),
             buried: 0,
+            buried_first: None,
             hand_back_failed: None,
         }
     }
 }
 
-/// A row that did not make it, on its way back to the table or to the dead letters.
-struct Failed {
-    row: PendingRow,
-    error: String,
-    fate: Fate,
-}
-
-/// Where a failed row goes.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Fate {
-    /// Back to the outbox table, claimable after this delay.
-    Retry(Duration),
-    /// To the dead-letter table.
-    Dead,
-}
-
-/// A claimed row, and whether the claim itself moved it to the dead letters (its payload is
-/// over `--max-job-size` and was never fetched).
-struct ClaimedRow {
-    row: PendingRow,
-    buried: bool,
-    /// The byte cap left locked rows out of this batch (the same for every row).
-    capped: bool,
-}
-
-/// The claim's columns: [`PendingRow`]'s, then `buried` and `capped` (see [`Queries::claim`]).
-impl<'r> sqlx::FromRow<'r, PgRow> for ClaimedRow {
-    fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
-        Ok(ClaimedRow {
-            row: PendingRow::from_row(row)?,
-            buried: row.try_get(12)?,
-            capped: row.try_get(13)?,
-        })
-    }
+/// The claimed rows, decoded ([`Batcher::decode`]).
+struct Decoded {
+    metas: Vec<RowMeta>,
+    jobs: Vec<Job>,
+    failed: Vec<Failed>,
+    /// Rows the claim moved to the dead letters itself (over `--max-job-size`).
+    buried: u64,
+    /// The first of them: `(id, uuid)`.
+    buried_first: Option<(i64, Uuid)>,
 }
 
 impl<S: JobSink> Batcher<S> {
@@ -234,98 +178,44 @@ impl<S: JobSink> Batcher<S> {
                 // it drops it, and the batch is retried as after any failure.
                 return Err(e);
             }
-            self.settle_acknowledged(conn, &step.acknowledged, e, step.buried, &mut report)
+            let deleted = self
+                .settle_acknowledged(conn, &step.acknowledged, &e, step.buried, &mut report)
                 .await?;
             report.stages.settle += settling.elapsed();
-            metrics::batch_duration(started.elapsed());
+            events::BatchSettledApart {
+                acknowledged: step.acknowledged.len(),
+                deleted,
+                not_handed_back: report.kept,
+                error: &e,
+                duration: started.elapsed(),
+            }
+            .emit();
             return Ok(report);
-        }
-        if step.buried > 0 {
-            metrics::dead_lettered(step.buried);
         }
         if report.claimed > 0 {
             let committing = Instant::now();
             self.bounded("postgres commit", tx.commit()).await?;
             report.stages.commit = committing.elapsed();
-            metrics::batch_duration(started.elapsed());
-            tracing::debug!(
-                claimed = report.claimed,
-                queued = report.outcome(Outcome::Queued),
-                scheduled = report.outcome(Outcome::Scheduled),
-                children = report.outcome(Outcome::Children),
-                on_complete = report.outcome(Outcome::OnComplete),
-                duplicates = report.outcome(Outcome::Duplicate),
-                refused = report.refused,
-                invalid = report.invalid,
-                dead_lettered = report.dead_lettered,
-                kept = report.kept,
-                claim_ms = report.stages.claim.as_secs_f64() * 1000.0,
-                "batch committed"
-            );
+            if let Some((first_id, first_uuid)) = step.buried_first {
+                // Moved by the claim itself, and so only once the batch committed.
+                events::OversizeRowsDeadLettered {
+                    rows: step.buried,
+                    first_id,
+                    first_uuid,
+                    max_job_bytes: self.settings.max_job_bytes,
+                }
+                .emit();
+            }
+            events::BatchCommitted {
+                report: &report,
+                duration: started.elapsed(),
+            }
+            .emit();
         } else {
             // Nothing was written; let the connection go back clean.
             self.bounded("postgres rollback", tx.rollback()).await?;
         }
         Ok(report)
-    }
-
-    /// After a failed hand-back: deletes the rows whose jobs Redis acknowledged (the batch was
-    /// rolled back, every row is pending again as it was), in a statement of its own. A
-    /// delete writes no new row, so it succeeds where the hand-back's INSERT could not extend
-    /// a full tablespace. The failed rows stay pending, untouched, and are retried with the
-    /// next batch. A row another worker claimed in the meantime is waited for
-    /// ([`Queries::settle_acknowledged`]).
-    async fn settle_acknowledged(
-        &self,
-        conn: &mut PgConnection,
-        acknowledged: &[i64],
-        e: Error,
-        buried: u64,
-        report: &mut Report,
-    ) -> Result<()> {
-        let deleted = if acknowledged.is_empty() {
-            0
-        } else {
-            // In a transaction of its own, with the relay's settings (a statement with
-            // parameters outside a transaction could reach two server connections through
-            // PgBouncer in transaction mode).
-            let begin = crate::db::begin_statement(
-                self.settings.statement_timeout,
-                self.settings.idle_in_transaction_timeout,
-            );
-            let mut tx = self
-                .bounded("postgres begin", conn.begin_with(begin))
-                .await?;
-            let deleted = self
-                .bounded(
-                    "postgres settle",
-                    sqlx::query(&self.queries.settle_acknowledged)
-                        .bind(acknowledged)
-                        // Run rarely, planned each time for the table as it is now: no
-                        // generic plan cached while the table was small.
-                        .persistent(false)
-                        .execute(&mut *tx),
-                )
-                .await?
-                .rows_affected();
-            self.bounded("postgres commit", tx.commit()).await?;
-            deleted
-        };
-        // Every row not delivered is pending again as it was: the refused and invalid ones,
-        // those kept, and those the claim had moved to the dead letters (over --max-job-size).
-        let unsettled = report.refused + report.invalid + report.kept;
-        report.kept = unsettled;
-        report.dead_lettered -= buried;
-        report.handed_back = 0;
-        tracing::debug!(acknowledged = acknowledged.len(), deleted,
-            not_handed_back = unsettled, error = %crate::telemetry::redact::scrub(&e.to_string()),
-            "hand-back failed: the acknowledged rows deleted on their own, the rest left pending as they were");
-        report.unsettled = Some(Interruption {
-            dependency: e.dependency().unwrap_or(Dependency::Postgres),
-            reason: e.reason(),
-            error: e.to_string(),
-        });
-        Ok(())
     }
 
     async fn claim_push_settle(
@@ -375,12 +265,15 @@ impl<S: JobSink> Batcher<S> {
             return Ok(Step::of(report));
         }
 
-        let (metas, jobs, mut failed, buried) = self.decode(claimed, &mut report);
+        let mut failures = Failures::default();
+        let decoded = self.decode(claimed, &mut report, &mut failures);
+        let (metas, jobs, mut failed) = (decoded.metas, decoded.jobs, decoded.failed);
         let pushing = Instant::now();
         let results = self.push(&jobs).await?;
-        let acknowledged = self.classify(&metas, &jobs, results, &mut failed, &mut report);
+        let acknowledged =
+            self.classify(&metas, &jobs, results, &mut failed, &mut report, failures);
         report.stages.push = pushing.elapsed();
-        report.handed_back = buried;
+        report.handed_back = decoded.buried;
         let mut hand_back_failed = None;
         if !failed.is_empty() {
             let settling = Instant::now();
@@ -392,19 +285,21 @@ impl<S: JobSink> Batcher<S> {
         Ok(Step {
             report,
             acknowledged,
-            buried,
+            buried: decoded.buried,
+            buried_first: decoded.buried_first,
             hand_back_failed,
         })
     }
 
     /// Turns claimed rows into jobs, in `id` order. Rows that can never become a job are
-    /// failed permanently; rows the claim itself dead-lettered (over `--max-job-size`) are
-    /// only counted, and their number returned last.
+    /// failed permanently (counted in `failures`); rows the claim itself dead-lettered (over
+    /// `--max-job-size`) are only counted, and logged once the batch commits.
     fn decode(
         &self,
         mut claimed: Vec<ClaimedRow>,
         report: &mut Report,
-    ) -> (Vec<RowMeta>, Vec<Job>, Vec<Failed>, u64) {
+        failures: &mut Failures,
+    ) -> Decoded {
         claimed.sort_unstable_by_key(|c| c.row.id);
         let mut metas: Vec<RowMeta> = Vec::with_capacity(claimed.len());
         let mut jobs = Vec::with_capacity(claimed.len());
@@ -428,6 +323,7 @@ impl<S: JobSink> Batcher<S> {
                     // A failed attempt like any other, though the last one (docs/guarantees.md#failure-classes).
                     row.attempts = row.attempts.saturating_add(1);
                     report.invalid += 1;
+                    failures.add(ErrorClass::Permanent, e.reason(), 1);
                     failed.push(Failed {
                         row,
                         error: e.to_string(),
@@ -436,15 +332,19 @@ impl<S: JobSink> Batcher<S> {
                 }
             }
         }
-        if let Some((id, uuid)) = buried_first {
+        if buried > 0 {
             report.invalid += buried;
             report.dead_lettered += buried;
-            // Counted in the metric once the batch commits them (in_transaction).
-            tracing::warn!(rows = buried, first_id = id, first_uuid = %uuid,
-                max_job_bytes = self.settings.max_job_bytes,
-                "rows over --max-job-size moved to the dead-letter table");
+            // A job too large (`Error::TooLarge`): permanent, about the job itself.
+            failures.add(ErrorClass::Permanent, Reason::Other, buried);
         }
-        (metas, jobs, failed, buried)
+        Decoded {
+            metas,
+            jobs,
+            failed,
+            buried,
+            buried_first,
+        }
     }
 
     /// Pushes the jobs; one result per job. `Err`: nothing was acknowledged (roll back).
@@ -465,11 +365,18 @@ impl<S: JobSink> Batcher<S> {
                 ))))
             }
         });
-        results.inspect_err(|_| metrics::failures(ErrorClass::Transient, jobs.len() as u64))
+        results.inspect_err(|e| {
+            events::PushFailed {
+                jobs: jobs.len() as u64,
+                reason: e.reason(),
+            }
+            .emit()
+        })
     }
 
     /// Counts each job's result; the jobs that did not make it join `failed` with their fate.
-    /// Returns the ids of the rows whose jobs Redis acknowledged.
+    /// Emits what Redis answered, with the batch's `failures` so far (rows that never became
+    /// jobs). Returns the ids of the rows whose jobs Redis acknowledged.
     fn classify(
         &self,
         metas: &[RowMeta],
@@ -477,6 +384,7 @@ impl<S: JobSink> Batcher<S> {
         results: Vec<JobResult>,
         failed: &mut Vec<Failed>,
         report: &mut Report,
+        mut failures: Failures,
     ) -> Vec<i64> {
         let now = Utc::now();
         let mut acknowledged = Vec::with_capacity(jobs.len());
@@ -486,20 +394,25 @@ impl<S: JobSink> Batcher<S> {
                 Ok(outcome) => {
                     report.outcomes[outcome.index()] += 1;
                     if outcome == Outcome::Late {
-                        let name = |u: Option<Uuid>| u.map(|u| u.to_string()).unwrap_or_default();
-                        tracing::warn!(uuid = %job.uuid, id = meta.id,
-                            parent = name(job.parent_uuid),
-                            predecessor = name(job.predecessor_uuid),
-                            "late job: its parent or predecessor had already finished; \
-                             relayed as a job of its own");
+                        events::LateJob {
+                            uuid: job.uuid,
+                            id: meta.id,
+                            parent: job.parent_uuid,
+                            predecessor: job.predecessor_uuid,
+                        }
+                        .emit();
                     }
-                    metrics::relay_lag((now - job.created_at).as_seconds_f64());
+                    events::JobAnswered {
+                        lag_seconds: (now - job.created_at).as_seconds_f64(),
+                    }
+                    .emit();
                     acknowledged.push(meta.id);
                     continue;
                 }
                 Err(e) => e,
             };
             let mut attempts = meta.attempts.saturating_add(1);
+            failures.add(e.class(), e.reason(), 1);
             let fate = match e.class() {
                 ErrorClass::Transient => {
                     // Not acknowledged while others were: kept as it was, for the next batch.
@@ -539,103 +452,13 @@ impl<S: JobSink> Batcher<S> {
                 fate,
             });
         }
-        for o in Outcome::ALL {
-            metrics::relayed(o, report.outcome(o));
+        events::BatchAnswered {
+            outcomes: &report.outcomes,
+            failures: &failures,
+            first_refusal: first_refusal.as_deref(),
         }
-        metrics::failures(ErrorClass::Transient, report.kept);
-        metrics::failures(ErrorClass::PerJob, report.refused);
-        metrics::failures(ErrorClass::Permanent, report.invalid);
-        if let Some(first) = first_refusal {
-            tracing::warn!(refused = report.refused, first_error = %first, "jobs refused by redis; kept for retry");
-        }
+        .emit();
         acknowledged
-    }
-
-    /// Puts failed rows back (attempts + 1, delayed) or moves them to the dead letters.
-    async fn settle_failures(
-        &self,
-        conn: &mut PgConnection,
-        failed: Vec<Failed>,
-        report: &mut Report,
-    ) -> Result<()> {
-        let (retry, dead): (Vec<Failed>, Vec<Failed>) =
-            failed.into_iter().partition(|f| f.fate != Fate::Dead);
-        if !retry.is_empty() {
-            let n = retry.len() as u64;
-            self.hand_back(conn, &self.queries.retry, retry).await?;
-            report.handed_back += n;
-        }
-        if !dead.is_empty() {
-            let n = dead.len() as u64;
-            let first = dead[0].error.clone();
-            self.hand_back(conn, &self.queries.dead_letter, dead)
-                .await?;
-            report.handed_back += n;
-            report.dead_lettered += n;
-            metrics::dead_lettered(n);
-            tracing::warn!(rows = n, first_error = %first, "rows moved to the dead-letter table");
-        }
-        Ok(())
-    }
-
-    async fn hand_back(&self, conn: &mut PgConnection, sql: &str, rows: Vec<Failed>) -> Result<()> {
-        let n = rows.len();
-        let mut id = Vec::with_capacity(n);
-        let mut uuid = Vec::with_capacity(n);
-        let mut queue = Vec::with_capacity(n);
-        let mut job_type = Vec::with_capacity(n);
-        let mut payload = Vec::with_capacity(n);
-        let mut parent = Vec::with_capacity(n);
-        let mut pred = Vec::with_capacity(n);
-        let mut dead_parent = Vec::with_capacity(n);
-        let mut run_at = Vec::with_capacity(n);
-        let mut headers = Vec::with_capacity(n);
-        let mut created_at = Vec::with_capacity(n);
-        let mut attempts = Vec::with_capacity(n);
-        let mut delay = Vec::with_capacity(n);
-        let mut last_error = Vec::with_capacity(n);
-        for f in rows {
-            let r = f.row;
-            id.push(r.id);
-            uuid.push(r.uuid);
-            queue.push(r.queue);
-            job_type.push(r.job_type);
-            payload.push(r.payload);
-            parent.push(r.parent_uuid);
-            pred.push(r.predecessor_uuid);
-            dead_parent.push(r.dead_parent);
-            run_at.push(r.run_at);
-            headers.push(r.headers);
-            created_at.push(r.created_at);
-            attempts.push(r.attempts);
-            delay.push(match f.fate {
-                Fate::Retry(d) => d.as_secs_f64(),
-                Fate::Dead => 0.0,
-            });
-            last_error.push(f.error);
-        }
-        self.bounded(
-            "postgres hand-back",
-            sqlx::query(sql)
-                .persistent(false)
-                .bind(id)
-                .bind(uuid)
-                .bind(queue)
-                .bind(job_type)
-                .bind(payload)
-                .bind(parent)
-                .bind(pred)
-                .bind(dead_parent)
-                .bind(run_at)
-                .bind(headers)
-                .bind(created_at)
-                .bind(attempts)
-                .bind(delay)
-                .bind(last_error)
-                .execute(conn),
-        )
-        .await?;
-        Ok(())
     }
 
     async fn bounded<T, E: Into<Error>>(

@@ -32,7 +32,8 @@ use super::report::Interruption;
 pub use crate::error::Dependency;
 use crate::error::{Error, Reason};
 use crate::table::TableName;
-use crate::telemetry::{metrics, redact};
+use crate::telemetry::events::{self, Event as _};
+use crate::telemetry::redact;
 
 /// A worker that has not looped for this long is considered stuck: longer than the worst
 /// legitimate gap (30 s backoff cap plus a batch bounded by the push and statement timeouts).
@@ -270,27 +271,22 @@ impl Health {
     }
 
     fn answered(&self, d: Dependency, sent: Instant, witness: Witness, wrote: bool) {
-        let name = d.as_str();
         match self.dep(d).ok_at(sent, witness, wrote) {
             Change::None | Change::Began { .. } => {}
             Change::Nudge => self.recovered(),
-            Change::First => {
-                metrics::up(name, true);
-                tracing::info!(dependency = name, "{name} connected");
-            }
+            Change::First => events::DependencyConnected { dependency: d }.emit(),
             Change::Ended {
                 lasted,
                 failures,
                 reason,
             } => {
-                metrics::up(name, true);
-                tracing::info!(
-                    dependency = name,
-                    reason = reason.as_str(),
-                    outage_seconds = lasted.as_secs_f64(),
-                    failed_tries = failures,
-                    "{name} recovered"
-                );
+                events::DependencyRecovered {
+                    dependency: d,
+                    reason,
+                    outage: lasted,
+                    failed_tries: failures,
+                }
+                .emit();
                 self.recovered();
             }
         }
@@ -339,18 +335,15 @@ impl Health {
         error: &dyn std::fmt::Display,
         witness: Witness,
     ) {
-        let name = d.as_str();
         let pin = witness == Witness::Push && d == Dependency::Redis;
         if let Change::Began { was_up } = self.dep(d).failed_at(sent, reason, error, pin) {
-            metrics::up(name, false);
-            let error = redact::scrub(&error.to_string()).into_owned();
-            if was_up {
-                tracing::warn!(dependency = name, reason = reason.as_str(), error = %error,
-                    "{name} unavailable; retrying with backoff");
-            } else {
-                tracing::warn!(dependency = name, reason = reason.as_str(), error = %error,
-                    "{name} not reachable yet; retrying with backoff");
+            events::DependencyDown {
+                dependency: d,
+                reason,
+                error,
+                was_up,
             }
+            .emit();
         }
     }
 
@@ -387,8 +380,7 @@ impl Health {
             Some(d) if reason != Reason::Other => self.failed_by(d, sent, reason, e, witness),
             _ => {
                 if !self.batches_failing.swap(true, Ordering::AcqRel) {
-                    tracing::warn!(error = %redact::scrub(&e.to_string()),
-                        "relay batches failing; retrying with backoff");
+                    events::BatchesFailing { error: e }.emit();
                 }
             }
         }
@@ -397,8 +389,11 @@ impl Health {
     /// Records that the outbox table was found by a request sent at `sent`.
     pub fn table_present_at(&self, sent: Instant) {
         if let Change::Ended { lasted, .. } = self.table.ok_at(sent, Witness::Check, false) {
-            tracing::info!(table = %self.table_name, outage_seconds = lasted.as_secs_f64(),
-                "outbox table {} present", self.table_name);
+            events::OutboxTablePresent {
+                table: &self.table_name,
+                outage: lasted,
+            }
+            .emit();
             self.recovered();
         }
     }
@@ -409,9 +404,11 @@ impl Health {
             .table
             .failed_at(sent, Reason::TableMissing, error, false)
         {
-            tracing::error!(table = %self.table_name, error = %redact::scrub(&error.to_string()),
-                "outbox table {} does not exist: run `jobrelay migrate` (checking again quietly)",
-                self.table_name);
+            events::OutboxTableMissing {
+                table: &self.table_name,
+                error,
+            }
+            .emit();
         }
     }
 
@@ -419,7 +416,7 @@ impl Health {
     pub fn batch_completed(&self) {
         self.panics_in_a_row.store(0, Ordering::Release);
         if self.batches_failing.swap(false, Ordering::AcqRel) {
-            tracing::info!("relay batches succeed again");
+            events::BatchesSucceedAgain.emit();
         }
     }
 
@@ -427,9 +424,12 @@ impl Health {
     pub fn panicked(&self, task: &str, message: &str) {
         let n = self.panics_in_a_row.fetch_add(1, Ordering::AcqRel) + 1;
         *self.last_panic.lock().expect("not poisoned") = format!("{task}: {message}");
-        metrics::task_panicked(task);
-        tracing::error!(task, panic = %message, panics_in_a_row = n,
-            "relay task panicked; its batch rolled back, restarting it");
+        events::TaskPanicked {
+            task,
+            message,
+            panics_in_a_row: n,
+        }
+        .emit();
     }
 
     fn recovered(&self) {

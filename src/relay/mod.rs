@@ -4,10 +4,12 @@
 //! - `worker`: the daemon's loop over that step, woken by [`crate::wakeup`] or the poll interval.
 //! - [`mod@sweep`]: the one-shot recovery sweep over the same step.
 //! - [`sink`]: the seam to Redis ([`JobSink`]; Redis's is [`crate::redis::sink::RedisSink`]).
-//! - [`health`], [`probe`]: dependency state for logs, probes and `jobrelay_up`.
+//! - [`health`], [`probe`]: dependency state for logs, probes and `jobrelay_up`; [`backlog`]:
+//!   the backlog and xmin horizon samples.
 //! - [`assemble`]: the daemon's relay in one call ([`Assembly::start`]).
 
 pub mod assemble;
+pub mod backlog;
 pub mod batch;
 pub mod cursor;
 pub mod health;

@@ -23,12 +23,15 @@ use std::time::{Duration, Instant};
 use sqlx::{PgPool, Row as _};
 use tokio_util::sync::CancellationToken;
 
+use super::backlog::Backlog;
+pub use super::backlog::HorizonWatch;
 use super::health::{Dependency, Health};
 use crate::error::{Error, LockHolder, Reason, Result};
 use crate::redis::connection::{RedisConnection, RedisEndpoint};
+use crate::redis::layout::LayoutKind;
 use crate::redis::probe::{Eviction, RedisSafety};
 use crate::table::TableName;
-use crate::telemetry::metrics;
+use crate::telemetry::events::Event as _;
 
 /// How often the daemon probes (readiness follows within about this much).
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -421,21 +424,16 @@ fn missing_relation(e: &Error) -> bool {
 }
 
 /// The daemon's probe task: runs the [`Probe`] every [`PROBE_INTERVAL`] and reports to
-/// `health`; samples the backlog every [`BACKLOG_INTERVAL`], until `shutdown`.
+/// `health`; samples the backlog ([`Backlog`], for `layout`) and the xmin horizon every
+/// [`BACKLOG_INTERVAL`], until `shutdown`.
 pub async fn probe(
     mut probe: Probe,
     table: TableName,
+    layout: LayoutKind,
     health: Arc<Health>,
     shutdown: CancellationToken,
 ) {
-    let backlog_sql = format!(
-        "SELECT (SELECT count(*) FROM {t}),
-                (SELECT COALESCE(EXTRACT(EPOCH FROM now()
-                     - min(created_at) FILTER (WHERE isfinite(created_at)))::float8, 0) FROM {t}),
-                (SELECT count(*) FROM {d})",
-        t = table.pending(),
-        d = table.dead()
-    );
+    let mut backlog = Backlog::new(&table, layout);
     let mut last_backlog: Option<Instant> = None;
     let mut horizon = HorizonWatch::default();
     let mut ticker = tokio::time::interval(PROBE_INTERVAL);
@@ -453,18 +451,9 @@ pub async fn probe(
                 && last_backlog.is_none_or(|t| t.elapsed() >= BACKLOG_INTERVAL)
             {
                 last_backlog = Some(Instant::now());
-                let sample = tokio::time::timeout(BACKLOG_INTERVAL, async {
-                    let mut conn = probe.pool.acquire().await?;
-                    let row = crate::db::simple_query(&mut conn, &backlog_sql).await?;
-                    Ok::<_, sqlx::Error>((
-                        row.try_get::<i64, _>(0)?,
-                        row.try_get::<f64, _>(1)?,
-                        row.try_get::<i64, _>(2)?,
-                    ))
-                })
-                .await;
-                if let Ok(Ok((pending, oldest, dead))) = sample {
-                    metrics::backlog(pending, oldest, dead);
+                let sample = tokio::time::timeout(BACKLOG_INTERVAL, backlog.sample(&probe.pool));
+                if let Ok(Ok(sampled)) = sample.await {
+                    sampled.emit();
                 }
                 match probe.horizon().await {
                     Ok(found) => horizon.saw(found.as_ref()),
@@ -478,40 +467,6 @@ pub async fn probe(
         tokio::select! {
             _ = shutdown.cancelled() => return,
             () = round => {}
-        }
-    }
-}
-
-/// The xmin horizon as an episode: a WARN when a transaction has held it for
-/// [`HORIZON_WARN_AFTER`], an INFO when it moved on; the gauges at every sample.
-#[derive(Debug, Default)]
-pub struct HorizonWatch {
-    /// The holder warned about, while the episode lasts.
-    held: Option<Horizon>,
-}
-
-impl HorizonWatch {
-    /// Records one sample (`None`: nothing holds the horizon back).
-    pub fn saw(&mut self, found: Option<&Horizon>) {
-        let seconds = found.and_then(|h| h.seconds).unwrap_or(0.0).max(0.0);
-        metrics::xmin_horizon(seconds, found.map_or(0, |h| h.xids));
-        let over = found.filter(|_| seconds >= HORIZON_WARN_AFTER.as_secs_f64());
-        match (over, &self.held) {
-            (Some(h), None) => {
-                let pid = h.pid.map(|p| p.to_string()).unwrap_or_default();
-                tracing::warn!(kind = %h.kind, pid = %pid, age_seconds = seconds.round(),
-                    xids = h.xids, detail = %h.detail,
-                    threshold_seconds = HORIZON_WARN_AFTER.as_secs(),
-                    "a {} (pid {}) open for {:.0}s holds the xmin horizon: no row deleted since can be \
-                     vacuumed, and claims slow down as dead rows pile up; end it (pg_terminate_backend) \
-                     if it should not be running", h.kind, if pid.is_empty() { "none" } else { &pid }, seconds);
-                self.held = Some(h.clone());
-            }
-            (None, Some(was)) => {
-                tracing::info!(kind = %was.kind, pid = ?was.pid, "the xmin horizon moved on");
-                self.held = None;
-            }
-            _ => {}
         }
     }
 }

@@ -38,6 +38,16 @@ pub struct Queries {
     /// Deletes the rows of ids `$1` (whose jobs Redis acknowledged) that no other transaction
     /// holds, when a batch's hand-back failed and it was rolled back (`Batcher`).
     pub settle_acknowledged: String,
+    /// The id and age in seconds (`float8`, at least 0) of the first row with `id >= $1` that
+    /// a claim could take now: not parked by a retry's backoff (`available_at`), due in a
+    /// layout that holds rows until they are (celery's `run_at`), with a finite `created_at`;
+    /// no row when there is none (`jobrelay_oldest_claimable_age_seconds`,
+    /// [`super::backlog::Backlog`]). It walks the primary key from `$1` and stops at the first
+    /// such row: it reads the rows parked ahead of it and the dead index entries there, never
+    /// the table. Run in a transaction opened with [`BEGIN`], as every statement on the
+    /// outbox. A conveyor parent whose children are still pending counts as claimable (its
+    /// children are).
+    pub oldest_claimable: String,
 }
 
 /// [`PLANNER_SETTINGS`] as `SET LOCAL` statements (a literal, for `concat!`).
@@ -212,6 +222,13 @@ impl Queries {
             settle_acknowledged: format!(
                 "DELETE FROM {t} WHERE ctid = ANY(ARRAY(
                      SELECT ctid FROM {t} WHERE id = ANY($1::int8[]) ORDER BY id FOR UPDATE))"
+            ),
+            oldest_claimable: format!(
+                "SELECT id, GREATEST(EXTRACT(EPOCH FROM now() - created_at)::float8, 0)
+                 FROM {t}
+                 WHERE id >= $1::int8 AND available_at <= now() {due} AND isfinite(created_at)
+                 ORDER BY id
+                 LIMIT 1"
             ),
         }
     }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::redis::enqueue::{Enqueuer, Outcome};
-use crate::telemetry::metrics;
+use crate::redis::enqueue::Enqueuer;
+use crate::telemetry::events::{self, Event as _};
 
 /// How often the housekeeping runs.
 pub const REPAIR_INTERVAL: Duration = Duration::from_secs(1);
@@ -32,10 +32,7 @@ pub async fn repair(
         let pause = match step(&enqueuer, &client, &mut con, timeout).await {
             Ok(n) => {
                 backoff.reset();
-                if n > 0 {
-                    metrics::relayed(Outcome::Late, n);
-                    tracing::warn!(jobs = n, "late jobs: their parent or predecessor closed while they were pushed; relayed as jobs of their own");
-                }
+                events::LateJobsRepaired { jobs: n }.emit();
                 if n as usize >= REPAIR_LIMIT {
                     Duration::ZERO
                 } else {

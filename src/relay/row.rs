@@ -134,3 +134,24 @@ pub(crate) fn parse_headers(text: &str) -> Result<BTreeMap<String, String>> {
     serde_json::from_str(text)
         .map_err(|e| Error::invalid("headers", format!("must be a JSON object of strings ({e})")))
 }
+
+/// A claimed row, and whether the claim itself moved it to the dead letters (its payload is
+/// over `--max-job-size` and was never fetched).
+pub(crate) struct ClaimedRow {
+    pub row: PendingRow,
+    pub buried: bool,
+    /// The byte cap left locked rows out of this batch (the same for every row).
+    pub capped: bool,
+}
+
+/// The claim's columns: [`PendingRow`]'s, then `buried` and `capped` (see
+/// [`super::Queries::claim`]).
+impl<'r> sqlx::FromRow<'r, PgRow> for ClaimedRow {
+    fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
+        Ok(ClaimedRow {
+            row: PendingRow::from_row(row)?,
+            buried: row.try_get(12)?,
+            capped: row.try_get(13)?,
+        })
+    }
+}

@@ -1,17 +1,22 @@
 //! Metric names (part of the contract, docs/metrics.md) and the one place each is recorded.
 //!
+//! Only the events of [`super::events`] record them (the recording functions are private to
+//! `telemetry`): a call site emits an event, which writes its log line and updates its metrics
+//! together.
+//!
 //! The `metrics` facade is a no-op until a recorder is installed, so library users who do not
 //! run the relay's HTTP listener pay next to nothing.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::error::ErrorClass;
+use crate::error::{ErrorClass, Reason};
 use crate::redis::enqueue::Outcome;
 
 /// Counter, label `outcome`: jobs Redis accepted (or recognised as duplicates).
 pub const JOBS_RELAYED: &str = "jobrelay_jobs_relayed_total";
-/// Counter, label `kind` (`transient`, `per_job`, `permanent`): failed job pushes.
+/// Counter, labels `kind` (`transient`, `per_job`, `permanent`) and `reason` (a
+/// [`Reason`]'s name, [`failure_reasons`]): failed job pushes.
 pub const JOB_FAILURES: &str = "jobrelay_job_failures_total";
 /// Counter: rows moved to the dead-letter table.
 pub const JOBS_DEAD_LETTERED: &str = "jobrelay_jobs_dead_lettered_total";
@@ -23,6 +28,9 @@ pub const RELAY_LAG: &str = "jobrelay_relay_lag_seconds";
 pub const PENDING_JOBS: &str = "jobrelay_pending_jobs";
 /// Gauge: age of the oldest row in the outbox table (0 when empty).
 pub const OLDEST_PENDING_AGE: &str = "jobrelay_oldest_pending_age_seconds";
+/// Gauge: age of the first row, in `id` order, that a claim could take now (due, not parked
+/// by a retry's backoff); 0 when there is none.
+pub const OLDEST_CLAIMABLE_AGE: &str = "jobrelay_oldest_claimable_age_seconds";
 /// Gauge, label `dependency` (`postgres`, `redis`): 1 when reachable.
 pub const UP: &str = "jobrelay_up";
 /// Gauge: rows in the dead-letter table.
@@ -45,7 +53,7 @@ pub fn describe() {
     );
     describe_counter!(
         JOB_FAILURES,
-        "Failed job pushes, by kind: transient, per_job, permanent"
+        "Failed job pushes, by kind (transient, per_job, permanent) and reason"
     );
     describe_counter!(JOBS_DEAD_LETTERED, "Rows moved to the dead-letter table");
     describe_histogram!(
@@ -63,6 +71,11 @@ pub fn describe() {
         OLDEST_PENDING_AGE,
         Unit::Seconds,
         "Age of the oldest row in the outbox table"
+    );
+    describe_gauge!(
+        OLDEST_CLAIMABLE_AGE,
+        Unit::Seconds,
+        "Age of the oldest row a claim could take now (due, not waiting for a retry)"
     );
     describe_gauge!(UP, "1 when the dependency is reachable, else 0");
     describe_gauge!(DEAD_JOBS, "Rows in the dead-letter table");
@@ -88,7 +101,9 @@ pub fn describe() {
         ErrorClass::PerJob,
         ErrorClass::Permanent,
     ] {
-        metrics::counter!(JOB_FAILURES, "kind" => k.as_str()).increment(0);
+        for r in failure_reasons(k) {
+            failure_counter(k, *r).increment(0);
+        }
     }
     metrics::counter!(JOBS_DEAD_LETTERED).increment(0);
     metrics::counter!(TASK_PANICS, "task" => "worker").increment(0);
@@ -141,24 +156,38 @@ fn kind_index(k: ErrorClass) -> usize {
     }
 }
 
+/// The reasons a failure of `kind` can have: the `reason` label values of
+/// `jobrelay_job_failures_total` for that `kind`, each a series from the first scrape. A
+/// per-job or permanent failure is about the job, never a dependency's state: `error`.
+pub fn failure_reasons(kind: ErrorClass) -> &'static [Reason] {
+    match kind {
+        ErrorClass::Transient => &Reason::ALL,
+        ErrorClass::PerJob | ErrorClass::Permanent => &[Reason::Other],
+    }
+}
+
+fn failure_counter(kind: ErrorClass, reason: Reason) -> metrics::Counter {
+    metrics::counter!(JOB_FAILURES, "kind" => kind.as_str(), "reason" => reason.as_str())
+}
+
 /// Counts jobs relayed with one outcome.
-pub fn relayed(outcome: Outcome, n: u64) {
+pub(in crate::telemetry) fn relayed(outcome: Outcome, n: u64) {
     if n > 0 {
         RELAYED.fetch_add(n, Ordering::Relaxed);
         metrics::counter!(JOBS_RELAYED, "outcome" => outcome.as_str()).increment(n);
     }
 }
 
-/// Counts failed pushes of one kind.
-pub fn failures(kind: ErrorClass, n: u64) {
+/// Counts failed pushes of one kind, for one reason.
+pub(in crate::telemetry) fn failures(kind: ErrorClass, reason: Reason, n: u64) {
     if n > 0 {
         FAILED[kind_index(kind)].fetch_add(n, Ordering::Relaxed);
-        metrics::counter!(JOB_FAILURES, "kind" => kind.as_str()).increment(n);
+        failure_counter(kind, reason).increment(n);
     }
 }
 
 /// Counts rows moved to the dead-letter table.
-pub fn dead_lettered(n: u64) {
+pub(in crate::telemetry) fn dead_lettered(n: u64) {
     if n > 0 {
         DEAD_LETTERED.fetch_add(n, Ordering::Relaxed);
         metrics::counter!(JOBS_DEAD_LETTERED).increment(n);
@@ -166,34 +195,40 @@ pub fn dead_lettered(n: u64) {
 }
 
 /// Records one batch's duration.
-pub fn batch_duration(d: Duration) {
+pub(in crate::telemetry) fn batch_duration(d: Duration) {
     metrics::histogram!(BATCH_DURATION).record(d.as_secs_f64());
 }
 
 /// Records one job's relay lag, in seconds.
-pub fn relay_lag(seconds: f64) {
+pub(in crate::telemetry) fn relay_lag(seconds: f64) {
     metrics::histogram!(RELAY_LAG).record(seconds.max(0.0));
 }
 
 /// Sets the backlog gauges.
-pub fn backlog(pending: i64, oldest_age_seconds: f64, dead: i64) {
+pub(in crate::telemetry) fn backlog(
+    pending: i64,
+    oldest_age_seconds: f64,
+    oldest_claimable_age_seconds: f64,
+    dead: i64,
+) {
     metrics::gauge!(PENDING_JOBS).set(pending as f64);
     metrics::gauge!(OLDEST_PENDING_AGE).set(oldest_age_seconds);
+    metrics::gauge!(OLDEST_CLAIMABLE_AGE).set(oldest_claimable_age_seconds);
     metrics::gauge!(DEAD_JOBS).set(dead as f64);
 }
 
 /// Sets the xmin horizon gauges.
-pub fn xmin_horizon(age_seconds: f64, xids: i64) {
+pub(in crate::telemetry) fn xmin_horizon(age_seconds: f64, xids: i64) {
     metrics::gauge!(XMIN_HORIZON_AGE).set(age_seconds);
     metrics::gauge!(XMIN_HORIZON_XIDS).set(xids as f64);
 }
 
 /// Sets `jobrelay_up{dependency}`.
-pub fn up(dependency: &'static str, up: bool) {
+pub(in crate::telemetry) fn up(dependency: &'static str, up: bool) {
     metrics::gauge!(UP, "dependency" => dependency).set(if up { 1.0 } else { 0.0 });
 }
 
 /// Counts one panic of a relay task.
-pub fn task_panicked(task: &str) {
+pub(in crate::telemetry) fn task_panicked(task: &str) {
     metrics::counter!(TASK_PANICS, "task" => task.to_owned()).increment(1);
 }

@@ -1,5 +1,6 @@
-//! Metrics, logs and the redaction of secrets from both.
+//! Metrics, logs, the events that write both, and the redaction of secrets from them.
 
+pub mod events;
 #[cfg(feature = "daemon")]
 pub mod logging;
 pub mod metrics;

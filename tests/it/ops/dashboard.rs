@@ -1,7 +1,8 @@
 //! The Grafana dashboard (`deploy/grafana/jobrelay.json`): a data source variable, the panels an
-//! operator needs (drain rate, lag, pending rows and oldest age, failures by kind, dead letters,
-//! dependency state), every metric of docs/metrics.md on a panel, and every query valid PromQL
-//! (promtool). That its queries name metrics a relay exports is `queries.rs`.
+//! operator needs (drain rate, lag, pending rows, oldest pending and claimable age, failures by
+//! kind and by reason, dead letters, dependency state), every metric of docs/metrics.md on a
+//! panel, and every query valid PromQL (promtool). That its queries name metrics a relay exports
+//! is `queries.rs`.
 
 use super::alerts::promtool;
 use super::deploy::repo_file;
@@ -129,7 +130,7 @@ fn the_dashboard_shows_what_an_operator_needs() {
     }
     let all: Vec<&String> = by_type.values().flatten().collect();
     let shows = |needles: &[&str]| all.iter().any(|e| needles.iter().all(|n| e.contains(n)));
-    // Drain rate, lag, backlog, failures by kind, dead letters, dependency state.
+    // Drain rate, lag, backlog, failures by kind and reason, dead letters, dependency state.
     assert!(
         shows(&["sum by (outcome) (rate(jobrelay_jobs_relayed_total"]),
         "drain rate"
@@ -152,6 +153,16 @@ fn the_dashboard_shows_what_an_operator_needs() {
     assert!(
         shows(&["sum by (kind) (rate(jobrelay_job_failures_total"]),
         "failures by kind"
+    );
+    assert!(
+        shows(&["sum by (reason) (rate(jobrelay_job_failures_total"]),
+        "failures by reason"
+    );
+    assert!(
+        by_type["stat"]
+            .iter()
+            .any(|e| e.starts_with("max by (job) (jobrelay_oldest_claimable_age_seconds")),
+        "the age the alerts watch, at a glance"
     );
     assert!(
         shows(&["jobrelay_dead_jobs"]) && shows(&["jobrelay_jobs_dead_lettered_total"]),

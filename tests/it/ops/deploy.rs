@@ -291,7 +291,7 @@ fn alert_rules_use_exported_metrics() {
         })
         .collect();
     for needle in [
-        jobrelay::telemetry::metrics::OLDEST_PENDING_AGE,
+        jobrelay::telemetry::metrics::OLDEST_CLAIMABLE_AGE,
         jobrelay::telemetry::metrics::JOBS_DEAD_LETTERED,
         jobrelay::telemetry::metrics::UP,
     ] {

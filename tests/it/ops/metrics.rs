@@ -2,6 +2,7 @@
 //! record only state changes.
 
 use super::*;
+use jobrelay::error::Reason;
 
 #[sqlx::test]
 async fn metrics_count_every_outcome_and_logs_only_state_changes(pool: PgPool) {
@@ -135,6 +136,7 @@ fn assert_every_outcome_counted(m: &Metrics) {
         ("jobrelay_relay_lag_seconds", "histogram"),
         ("jobrelay_pending_jobs", "gauge"),
         ("jobrelay_oldest_pending_age_seconds", "gauge"),
+        ("jobrelay_oldest_claimable_age_seconds", "gauge"),
         ("jobrelay_up", "gauge"),
     ] {
         assert_eq!(
@@ -158,16 +160,23 @@ fn assert_every_outcome_counted(m: &Metrics) {
             "{outcome}"
         );
     }
-    // The poison job failed twice (max attempts 2), then was dead-lettered with the invalid row.
-    assert_eq!(m.get("jobrelay_job_failures_total{kind=\"per_job\"}"), 2.0);
+    // The poison job failed twice (max attempts 2), then was dead-lettered with the invalid row;
+    // both failures are about the job (reason `error`), and no dependency failed.
     assert_eq!(
-        m.get("jobrelay_job_failures_total{kind=\"permanent\"}"),
+        m.get("jobrelay_job_failures_total{kind=\"per_job\",reason=\"error\"}"),
+        2.0
+    );
+    assert_eq!(
+        m.get("jobrelay_job_failures_total{kind=\"permanent\",reason=\"error\"}"),
         1.0
     );
-    assert_eq!(
-        m.get("jobrelay_job_failures_total{kind=\"transient\"}"),
-        0.0
-    );
+    let transient: Vec<(&String, &f64)> = m
+        .samples
+        .iter()
+        .filter(|(s, _)| s.starts_with("jobrelay_job_failures_total{kind=\"transient\""))
+        .collect();
+    assert_eq!(transient.len(), Reason::ALL.len(), "{transient:?}");
+    assert!(transient.iter().all(|(_, v)| **v == 0.0), "{transient:?}");
     assert_eq!(m.get("jobrelay_jobs_dead_lettered_total"), 2.0);
     assert_eq!(m.get("jobrelay_relay_lag_seconds_count"), 15.0);
     assert_eq!(
@@ -184,6 +193,8 @@ fn assert_every_outcome_counted(m: &Metrics) {
     assert_eq!(m.get("jobrelay_pending_jobs"), 1.0);
     let age = m.get("jobrelay_oldest_pending_age_seconds");
     assert!((3600.0..3700.0).contains(&age), "oldest pending age {age}");
+    // The parked row waits for its retry: nothing the relay could claim is waiting.
+    assert_eq!(m.get("jobrelay_oldest_claimable_age_seconds"), 0.0);
     assert_eq!(m.get("jobrelay_up{dependency=\"postgres\"}"), 1.0);
     assert_eq!(m.get("jobrelay_up{dependency=\"redis\"}"), 1.0);
 }
@@ -264,14 +275,21 @@ async fn every_series_is_present_from_the_first_scrape(pool: PgPool) {
         "jobrelay_jobs_relayed_total{outcome=\"children\"}",
         "jobrelay_jobs_relayed_total{outcome=\"on_complete\"}",
         "jobrelay_jobs_relayed_total{outcome=\"duplicate\"}",
-        "jobrelay_job_failures_total{kind=\"transient\"}",
-        "jobrelay_job_failures_total{kind=\"per_job\"}",
-        "jobrelay_job_failures_total{kind=\"permanent\"}",
+        "jobrelay_job_failures_total{kind=\"per_job\",reason=\"error\"}",
+        "jobrelay_job_failures_total{kind=\"permanent\",reason=\"error\"}",
         "jobrelay_jobs_dead_lettered_total",
         "jobrelay_batch_duration_seconds_count",
         "jobrelay_relay_lag_seconds_count",
     ] {
         assert_eq!(m.get(series), 0.0, "{series}");
+    }
+    // A transient failure can have any reason: each is a series from the start.
+    for r in Reason::ALL {
+        let series = format!(
+            "jobrelay_job_failures_total{{kind=\"transient\",reason=\"{}\"}}",
+            r.as_str()
+        );
+        assert_eq!(m.get(&series), 0.0, "{series}");
     }
     assert_eq!(m.get("jobrelay_up{dependency=\"postgres\"}"), 1.0);
     assert_eq!(m.get("jobrelay_up{dependency=\"redis\"}"), 1.0);
@@ -282,9 +300,29 @@ async fn every_series_is_present_from_the_first_scrape(pool: PgPool) {
             let m = d.metrics().await;
             m.try_get("jobrelay_pending_jobs") == Some(0.0)
                 && m.try_get("jobrelay_oldest_pending_age_seconds") == Some(0.0)
+                && m.try_get("jobrelay_oldest_claimable_age_seconds") == Some(0.0)
         },
     )
     .await;
     assert_eq!(d.get("/healthz").await.0, 200);
     assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
+}
+
+/// The reasons of docs/metrics.md's table are the closed set the code gives the `reason` label
+/// of `jobrelay_job_failures_total` (and the logs, `/readyz`, `jobrelay check`).
+#[test]
+fn every_failure_reason_is_documented() {
+    let doc = super::deploy::repo_file("docs/metrics.md");
+    let section = doc
+        .split("\n## Failure reasons\n")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("a Failure reasons section");
+    let documented: Vec<&str> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .map(|l| &l[..l.find('`').unwrap()])
+        .collect();
+    let code: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+    assert_eq!(documented, code);
 }

@@ -10,6 +10,7 @@
 //! in a file. Fault and TLS tests start their own servers and stop only those.
 
 mod alerts;
+mod backlog;
 mod check;
 mod connections;
 mod dashboard;

@@ -46,6 +46,7 @@ fn cases() -> Vec<Case> {
     let table = TableName::default();
     let plain = Queries::for_layout(&table, LayoutKind::Jobrelay);
     let conveyor = Queries::for_layout(&table, LayoutKind::Conveyor);
+    let celery = Queries::for_layout(&table, LayoutKind::Celery);
     let [_insert, fast_claim, fast_delete] = jobrelay::producer::statements(&table);
     let [status_pending, status_dead] = jobrelay::admin::status::statements(&table);
     let claim = |name, sql: &str, args: &str| Case {
@@ -91,6 +92,21 @@ fn cases() -> Vec<Case> {
             &format!("{BATCH}, NULL, 1000, 8388608, 0, {}", i64::MIN),
         ),
         claim("hand-back", &plain.retry, &hand_back_args()),
+        claim(
+            "oldest claimable row, catch-up from the lowest id (the probe)",
+            &plain.oldest_claimable,
+            &i64::MIN.to_string(),
+        ),
+        claim(
+            "oldest claimable row from a mark (the probe)",
+            &plain.oldest_claimable,
+            "50000",
+        ),
+        claim(
+            "oldest claimable row, celery layout (the probe)",
+            &celery.oldest_claimable,
+            &i64::MIN.to_string(),
+        ),
         claim("dead-letter", &plain.dead_letter, &hand_back_args()),
         unnamed("fast path claim", &fast_claim),
         unnamed("fast path delete", &fast_delete),

@@ -1,0 +1,42 @@
+//! How a batch is claimed and what happens to rows that fail.
+
+use std::time::Duration;
+
+/// How a batch is claimed and what happens to rows that fail.
+#[derive(Debug, Clone)]
+pub struct BatchSettings {
+    /// Rows claimed per transaction.
+    pub batch_size: usize,
+    /// Bytes claimed per transaction (payloads plus an estimate per row), past the first row.
+    pub max_batch_bytes: usize,
+    /// Largest payload fetched: a row over it is dead-lettered by the claim itself.
+    pub max_job_bytes: usize,
+    /// Attempts after which a refused row moves to the dead-letter table.
+    pub max_attempts: u32,
+    /// Client-side bound on each statement (claim, hand-back, commit), on top of the server's
+    /// `statement_timeout`: a Postgres that stops answering cannot hold a worker.
+    pub statement_timeout: Duration,
+    /// `idle_in_transaction_session_timeout` of each batch's transaction (`SET LOCAL`, see
+    /// [`crate::db::begin_statement`]): a relay that stops while it holds rows loses them.
+    pub idle_in_transaction_timeout: Duration,
+    /// Fleet-wide claim slots (`--claim-slots`): a batch runs only while its transaction holds
+    /// one of these many advisory locks, shared by every relay on the table, so that a fleet
+    /// of sidecars has at most this many batches in flight. `None`: no slot needed (the sweep,
+    /// library users).
+    pub claim_slots: Option<u32>,
+}
+
+impl Default for BatchSettings {
+    /// The daemon's defaults: 1,000 rows, 8 MiB, jobs up to 8 MiB, 25 attempts, 15 s, 20 s.
+    fn default() -> Self {
+        BatchSettings {
+            batch_size: crate::defaults::DEFAULT_BATCH_SIZE,
+            max_batch_bytes: crate::redis::enqueue::DEFAULT_MAX_CALL_BYTES,
+            max_job_bytes: crate::redis::enqueue::DEFAULT_MAX_JOB_BYTES,
+            max_attempts: 25,
+            statement_timeout: Duration::from_secs(15),
+            idle_in_transaction_timeout: Duration::from_secs(20),
+            claim_slots: None,
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! The probe's samples: the backlog of the outbox, and what holds the database's xmin horizon.
+
+use super::Event;
+use crate::relay::probe::{Horizon, HORIZON_WARN_AFTER};
+use crate::telemetry::metrics;
+
+/// One sample of the backlog (`jobrelay_pending_jobs`, `jobrelay_oldest_pending_age_seconds`,
+/// `jobrelay_oldest_claimable_age_seconds`, `jobrelay_dead_jobs`). No log line: one every 5 s.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BacklogSampled {
+    /// Rows in the outbox table.
+    pub pending: i64,
+    /// Age of the oldest of them, in seconds (0 when there is none).
+    pub oldest_age_seconds: f64,
+    /// Age of the first row, in `id` order, that a claim could take now (0 when none).
+    pub oldest_claimable_age_seconds: f64,
+    /// Rows in the dead-letter table.
+    pub dead: i64,
+}
+
+impl Event for BacklogSampled {
+    fn emit(self) {
+        metrics::backlog(
+            self.pending,
+            self.oldest_age_seconds,
+            self.oldest_claimable_age_seconds,
+            self.dead,
+        );
+    }
+}
+
+/// One sample of the xmin horizon (`jobrelay_xmin_horizon_age_seconds`,
+/// `jobrelay_xmin_horizon_age_xids`). No log line: [`XminHorizonHeld`] and
+/// [`XminHorizonMovedOn`] tell the episode.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct XminHorizonSampled {
+    /// How long its holder's transaction has been open (0 when unknown or none).
+    pub age_seconds: f64,
+    /// How old the horizon is, in transaction ids.
+    pub xids: i64,
+}
+
+impl Event for XminHorizonSampled {
+    fn emit(self) {
+        metrics::xmin_horizon(self.age_seconds, self.xids);
+    }
+}
+
+/// A holder has kept the xmin horizon for [`HORIZON_WARN_AFTER`] (WARN, once per episode).
+/// Its gauges are [`XminHorizonSampled`]'s, set at every sample.
+#[derive(Debug)]
+pub struct XminHorizonHeld<'a> {
+    /// Who holds it.
+    pub horizon: &'a Horizon,
+    /// For how long, in seconds.
+    pub seconds: f64,
+}
+
+impl Event for XminHorizonHeld<'_> {
+    fn emit(self) {
+        let (h, seconds) = (self.horizon, self.seconds);
+        let pid = h.pid.map(|p| p.to_string()).unwrap_or_default();
+        tracing::warn!(kind = %h.kind, pid = %pid, age_seconds = seconds.round(),
+            xids = h.xids, detail = %h.detail,
+            threshold_seconds = HORIZON_WARN_AFTER.as_secs(),
+            "a {} (pid {}) open for {:.0}s holds the xmin horizon: no row deleted since can be \
+             vacuumed, and claims slow down as dead rows pile up; end it (pg_terminate_backend) \
+             if it should not be running", h.kind, if pid.is_empty() { "none" } else { &pid }, seconds);
+    }
+}
+
+/// The holder [`XminHorizonHeld`] named let the horizon go (INFO).
+#[derive(Debug)]
+pub struct XminHorizonMovedOn<'a> {
+    /// Who held it.
+    pub was: &'a Horizon,
+}
+
+impl Event for XminHorizonMovedOn<'_> {
+    fn emit(self) {
+        tracing::info!(kind = %self.was.kind, pid = ?self.was.pid, "the xmin horizon moved on");
+    }
+}

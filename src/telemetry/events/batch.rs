@@ -1,0 +1,263 @@
+//! What a batch did: its jobs' outcomes and failures, the rows it moved to the dead letters,
+//! its duration.
+
+use std::fmt::Display;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::Event;
+use crate::error::{ErrorClass, Reason};
+use crate::redis::enqueue::Outcome;
+use crate::relay::report::Report;
+use crate::telemetry::{metrics, redact};
+
+/// Failed jobs by kind and reason: the labels of `jobrelay_job_failures_total`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Failures {
+    counts: [[u64; Reason::ALL.len()]; 3],
+}
+
+const KINDS: [ErrorClass; 3] = [
+    ErrorClass::Transient,
+    ErrorClass::PerJob,
+    ErrorClass::Permanent,
+];
+
+fn kind_index(kind: ErrorClass) -> usize {
+    KINDS.iter().position(|k| *k == kind).expect("every kind")
+}
+
+fn reason_index(reason: Reason) -> usize {
+    Reason::ALL
+        .iter()
+        .position(|r| *r == reason)
+        .expect("every reason is in Reason::ALL")
+}
+
+impl Failures {
+    /// Counts `n` failures of `kind` for `reason`.
+    pub fn add(&mut self, kind: ErrorClass, reason: Reason, n: u64) {
+        self.counts[kind_index(kind)][reason_index(reason)] += n;
+    }
+
+    /// Failures of `kind`, whatever their reason.
+    pub fn of_kind(&self, kind: ErrorClass) -> u64 {
+        self.counts[kind_index(kind)].iter().sum()
+    }
+
+    /// `(kind, reason, count)` for every count that is not zero.
+    pub fn iter(&self) -> impl Iterator<Item = (ErrorClass, Reason, u64)> + '_ {
+        KINDS.iter().flat_map(move |k| {
+            Reason::ALL
+                .iter()
+                .map(move |r| (*k, *r, self.counts[kind_index(*k)][reason_index(*r)]))
+                .filter(|(_, _, n)| *n > 0)
+        })
+    }
+}
+
+/// Redis answered a batch's push: every job has an outcome or a failure. Counts the outcomes
+/// (`jobrelay_jobs_relayed_total`; `late` jobs are counted by [`LateJob`]) and the failures
+/// (`jobrelay_job_failures_total{kind, reason}`); when Redis refused jobs (per-job failures),
+/// logs WARN `jobs refused by redis; kept for retry` once for the batch.
+#[derive(Debug)]
+pub struct BatchAnswered<'a> {
+    /// Jobs per outcome, indexed like [`Outcome::ALL`].
+    pub outcomes: &'a [u64; Outcome::ALL.len()],
+    /// The batch's failed jobs, rows that never became jobs included.
+    pub failures: &'a Failures,
+    /// The first refusal's error (per-job failures), for the log line.
+    pub first_refusal: Option<&'a str>,
+}
+
+impl Event for BatchAnswered<'_> {
+    fn emit(self) {
+        for o in Outcome::ALL.into_iter().filter(|o| *o != Outcome::Late) {
+            metrics::relayed(o, self.outcomes[o.index()]);
+        }
+        for (kind, reason, n) in self.failures.iter() {
+            metrics::failures(kind, reason, n);
+        }
+        let refused = self.failures.of_kind(ErrorClass::PerJob);
+        if refused > 0 {
+            tracing::warn!(
+                refused,
+                first_error = self.first_refusal.unwrap_or_default(),
+                "jobs refused by redis; kept for retry"
+            );
+        }
+    }
+}
+
+/// A batch's push failed as a whole: every job of it is a transient failure. No log line: the
+/// failure is the dependency's, whose episode [`crate::relay::health`] logs once.
+#[derive(Debug)]
+pub struct PushFailed {
+    /// Jobs the push carried.
+    pub jobs: u64,
+    /// Why it failed.
+    pub reason: Reason,
+}
+
+impl Event for PushFailed {
+    fn emit(self) {
+        metrics::failures(ErrorClass::Transient, self.reason, self.jobs);
+    }
+}
+
+/// Redis answered one job with an outcome: its relay lag. No log line (one per job).
+#[derive(Debug)]
+pub struct JobAnswered {
+    /// From the row's `created_at` to the answer, in seconds.
+    pub lag_seconds: f64,
+}
+
+impl Event for JobAnswered {
+    fn emit(self) {
+        metrics::relay_lag(self.lag_seconds);
+    }
+}
+
+/// Conveyor layout: a job whose parent or predecessor had already finished, relayed as a job
+/// of its own (WARN, and `outcome="late"`).
+#[derive(Debug)]
+pub struct LateJob {
+    /// The job.
+    pub uuid: Uuid,
+    /// Its row's id.
+    pub id: i64,
+    /// Its parent, if it named one.
+    pub parent: Option<Uuid>,
+    /// Its predecessor, if it named one.
+    pub predecessor: Option<Uuid>,
+}
+
+impl Event for LateJob {
+    fn emit(self) {
+        let name = |u: Option<Uuid>| u.map(|u| u.to_string()).unwrap_or_default();
+        tracing::warn!(uuid = %self.uuid, id = self.id,
+            parent = name(self.parent),
+            predecessor = name(self.predecessor),
+            "late job: its parent or predecessor had already finished; \
+             relayed as a job of its own");
+        metrics::relayed(Outcome::Late, 1);
+    }
+}
+
+/// Conveyor layout: the housekeeping found jobs whose parent or predecessor closed while they
+/// were pushed, and relayed them as jobs of their own (WARN, and `outcome="late"`).
+#[derive(Debug)]
+pub struct LateJobsRepaired {
+    /// How many.
+    pub jobs: u64,
+}
+
+impl Event for LateJobsRepaired {
+    fn emit(self) {
+        if self.jobs == 0 {
+            return;
+        }
+        tracing::warn!(
+            jobs = self.jobs,
+            "late jobs: their parent or predecessor closed while they were pushed; relayed as jobs of their own"
+        );
+        metrics::relayed(Outcome::Late, self.jobs);
+    }
+}
+
+/// Failed rows moved to the dead-letter table (WARN, `jobrelay_jobs_dead_lettered_total`).
+#[derive(Debug)]
+pub struct RowsDeadLettered<'a> {
+    /// How many.
+    pub rows: u64,
+    /// The first one's error.
+    pub first_error: &'a str,
+}
+
+impl Event for RowsDeadLettered<'_> {
+    fn emit(self) {
+        metrics::dead_lettered(self.rows);
+        tracing::warn!(rows = self.rows, first_error = %self.first_error,
+            "rows moved to the dead-letter table");
+    }
+}
+
+/// Rows over `--max-job-size` that the claim moved to the dead-letter table, once the batch
+/// committed them (WARN, `jobrelay_jobs_dead_lettered_total`).
+#[derive(Debug)]
+pub struct OversizeRowsDeadLettered {
+    /// How many.
+    pub rows: u64,
+    /// The first one's id.
+    pub first_id: i64,
+    /// The first one's uuid.
+    pub first_uuid: Uuid,
+    /// `--max-job-size`.
+    pub max_job_bytes: usize,
+}
+
+impl Event for OversizeRowsDeadLettered {
+    fn emit(self) {
+        metrics::dead_lettered(self.rows);
+        tracing::warn!(rows = self.rows, first_id = self.first_id, first_uuid = %self.first_uuid,
+            max_job_bytes = self.max_job_bytes,
+            "rows over --max-job-size moved to the dead-letter table");
+    }
+}
+
+/// A batch that claimed rows committed (`jobrelay_batch_duration_seconds`; DEBUG `batch
+/// committed` with its counts).
+#[derive(Debug)]
+pub struct BatchCommitted<'a> {
+    /// What it did.
+    pub report: &'a Report,
+    /// From its start (a connection acquired) to its commit.
+    pub duration: Duration,
+}
+
+impl Event for BatchCommitted<'_> {
+    fn emit(self) {
+        metrics::batch_duration(self.duration);
+        let report = self.report;
+        tracing::debug!(
+            claimed = report.claimed,
+            queued = report.outcome(Outcome::Queued),
+            scheduled = report.outcome(Outcome::Scheduled),
+            children = report.outcome(Outcome::Children),
+            on_complete = report.outcome(Outcome::OnComplete),
+            duplicates = report.outcome(Outcome::Duplicate),
+            refused = report.refused,
+            invalid = report.invalid,
+            dead_lettered = report.dead_lettered,
+            kept = report.kept,
+            claim_ms = report.stages.claim.as_secs_f64() * 1000.0,
+            "batch committed"
+        );
+    }
+}
+
+/// A batch whose failed rows could not be handed back was rolled back, and the rows whose jobs
+/// Redis acknowledged were deleted on their own (`jobrelay_batch_duration_seconds`; DEBUG).
+pub struct BatchSettledApart<'a> {
+    /// Rows whose jobs Redis acknowledged.
+    pub acknowledged: usize,
+    /// Of those, rows deleted (the others another worker had claimed meanwhile).
+    pub deleted: u64,
+    /// Rows left pending as they were.
+    pub not_handed_back: u64,
+    /// Why the hand-back failed.
+    pub error: &'a dyn Display,
+    /// From the batch's start to the end of the deletes.
+    pub duration: Duration,
+}
+
+impl Event for BatchSettledApart<'_> {
+    fn emit(self) {
+        metrics::batch_duration(self.duration);
+        tracing::debug!(acknowledged = self.acknowledged, deleted = self.deleted,
+            not_handed_back = self.not_handed_back,
+            error = %redact::scrub(&self.error.to_string()),
+            "hand-back failed: the acknowledged rows deleted on their own, the rest left pending as they were");
+    }
+}

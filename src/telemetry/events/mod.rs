@@ -1,0 +1,39 @@
+//! What the relay tells its operator, one type per thing that happened.
+//!
+//! Each event's [`Event::emit`] writes its log line and updates its metrics, in one place, so
+//! that no call site pairs a `tracing::warn!` with a counter by hand and none can forget one of
+//! the two (the pattern of vector's `internal_events`). Call sites build the event and emit it;
+//! the metric names and the recording functions live in [`super::metrics`], which only the
+//! events here may call. The log messages and fields are part of the contract
+//! (docs/metrics.md#logs): operators and tests search for them.
+//!
+//! Some events have no log line (a job's lag, a backlog sample: one per job or per sample
+//! would flood the log) and some no metric (an episode of the outbox table); each says why.
+//! Whether an event is logged once per episode is decided by its caller ([`crate::relay::health`]
+//! logs a dependency's outage when it begins and when it ends, not at every failure).
+//!
+//! - [`batch`]: what a batch did (outcomes, failures, dead letters, its duration).
+//! - [`dependency`]: the episodes of Postgres, Redis and the outbox table; task panics.
+//! - [`backlog`]: the probe's samples of the backlog and the xmin horizon.
+
+pub mod backlog;
+pub mod batch;
+pub mod dependency;
+#[cfg(all(test, feature = "daemon"))]
+mod tests;
+
+pub use self::backlog::{BacklogSampled, XminHorizonHeld, XminHorizonMovedOn, XminHorizonSampled};
+pub use self::batch::{
+    BatchAnswered, BatchCommitted, BatchSettledApart, Failures, JobAnswered, LateJob,
+    LateJobsRepaired, OversizeRowsDeadLettered, PushFailed, RowsDeadLettered,
+};
+pub use self::dependency::{
+    BatchesFailing, BatchesSucceedAgain, DependencyConnected, DependencyDown, DependencyRecovered,
+    OutboxTableMissing, OutboxTablePresent, TaskPanicked,
+};
+
+/// Something that happened, for the operator: a log line, metrics, or both.
+pub trait Event {
+    /// Writes the event's log line and updates its metrics.
+    fn emit(self);
+}
