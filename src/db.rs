@@ -137,37 +137,7 @@ pub const OUTBOX_COLUMNS: [(&str, &str); 14] = [
 /// The dead-letter table's column besides [`OUTBOX_COLUMNS`] (docs/schema.md).
 pub const DEAD_LETTER_COLUMN: (&str, &str) = ("dead_at", "timestamptz");
 
-/// An existing table that cannot serve as the outbox (or its dead-letter table) it is named
-/// for: [`unfit_outbox`]'s finding.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnfitOutbox {
-    /// The outbox as named by `--table` (`orders`, `billing.jobs`).
-    pub outbox: String,
-    /// The table that does not fit: the outbox itself or its `_dead` table.
-    pub table: String,
-    /// What is wrong with it, e.g. `missing columns uuid uuid, queue text`,
-    /// `payload is text, not bytea`, `it is a view, not a table`.
-    pub problems: Vec<String>,
-}
-
-/// One line: `--table orders: orders exists and is not a jobrelay outbox (docs/schema.md): missing
-/// columns uuid uuid, ...`.
-impl std::fmt::Display for UnfitOutbox {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let role = if self.table == self.outbox {
-            "a jobrelay outbox"
-        } else {
-            "a jobrelay dead-letter table"
-        };
-        write!(
-            f,
-            "--table {}: {} exists and is not {role} (docs/schema.md): {}",
-            self.outbox,
-            self.table,
-            self.problems.join("; ")
-        )
-    }
-}
+pub use crate::error::UnfitOutbox;
 
 /// Whether `table` or its dead-letter table already exists with a shape the relay cannot use:
 /// not a plain table, or without one of the columns of docs/schema.md (with its type). Tables that do

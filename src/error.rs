@@ -42,9 +42,9 @@ pub enum Error {
         /// The job's uuid.
         uuid: uuid::Uuid,
         /// The layout (`--layout`).
-        layout: crate::redis::layout::LayoutKind,
+        layout: crate::redis::layout::kind::LayoutKind,
         /// Why.
-        reason: crate::redis::layout::Unfit,
+        reason: crate::redis::layout::kind::Unfit,
     },
 
     /// The marshalled job is larger than `--max-job-size`. Permanent.
@@ -100,7 +100,7 @@ pub enum Error {
     /// `--table` names an existing table of another shape than an outbox's (an application's
     /// own table, say): nothing was changed. A configuration error, not a row's.
     #[error("{0}")]
-    NotAnOutbox(crate::db::UnfitOutbox),
+    NotAnOutbox(UnfitOutbox),
 
     /// Applying the embedded migrations failed.
     #[error("migration failed: {0}")]
@@ -559,6 +559,38 @@ impl From<sqlx::migrate::MigrateError> for Error {
 
 /// `Result` with the library's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An existing table that cannot serve as the outbox (or its dead-letter table) it is named
+/// for: [`crate::db::unfit_outbox`]'s finding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnfitOutbox {
+    /// The outbox as named by `--table` (`orders`, `billing.jobs`).
+    pub outbox: String,
+    /// The table that does not fit: the outbox itself or its `_dead` table.
+    pub table: String,
+    /// What is wrong with it, e.g. `missing columns uuid uuid, queue text`,
+    /// `payload is text, not bytea`, `it is a view, not a table`.
+    pub problems: Vec<String>,
+}
+
+/// One line: `--table orders: orders exists and is not a jobrelay outbox (docs/schema.md): missing
+/// columns uuid uuid, ...`.
+impl std::fmt::Display for UnfitOutbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let role = if self.table == self.outbox {
+            "a jobrelay outbox"
+        } else {
+            "a jobrelay dead-letter table"
+        };
+        write!(
+            f,
+            "--table {}: {} exists and is not {role} (docs/schema.md): {}",
+            self.outbox,
+            self.table,
+            self.problems.join("; ")
+        )
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -87,17 +87,19 @@ pub struct PendingJobs {
     index: HashMap<Uuid, usize>,
 }
 
-impl PendingJobs {
-    /// An empty collection of `producer`'s.
-    pub(super) fn new(producer: Producer) -> Self {
+impl Producer {
+    /// An empty collection of jobs, for one transaction.
+    pub fn pending(&self) -> PendingJobs {
         PendingJobs {
-            producer,
+            producer: self.clone(),
             jobs: Vec::new(),
             state: Vec::new(),
             index: HashMap::new(),
         }
     }
+}
 
+impl PendingJobs {
     /// Adds a job (a [`JobBuilder`](super::JobBuilder) or a [`Job`]) and returns its uuid,
     /// generated if none was set. Writes nothing: see [`PendingJobs::create_pending`].
     ///

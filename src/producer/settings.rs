@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::pending::PendingJobs;
 use super::sql::Sql;
 use crate::defaults::{DEFAULT_DEDUP_TTL, DEFAULT_PUSH_TIMEOUT};
 use crate::redis::enqueue::Enqueuer;
@@ -15,7 +14,7 @@ use crate::table::TableName;
 /// dedup TTL; plus the bound on a fast-path push.
 ///
 /// Make one per application (it is cheap to clone) with the same `--table`, `--namespace`
-/// and `--dedup-ttl` as the relay, and call [`Producer::pending`] once per transaction.
+/// and `--dedup-ttl` as the relay, and call [`Producer::pending`](Producer::pending) once per transaction.
 /// Defaults match the relay's: table `pending_jobs`, dedup TTL 15 minutes, push timeout 5 s.
 ///
 /// ```
@@ -97,11 +96,6 @@ impl Producer {
     /// The outbox table.
     pub fn table_name(&self) -> &TableName {
         &self.inner.table
-    }
-
-    /// An empty collection of jobs, for one transaction.
-    pub fn pending(&self) -> PendingJobs {
-        PendingJobs::new(self.clone())
     }
 
     fn with(self, change: impl FnOnce(&mut Inner)) -> Self {

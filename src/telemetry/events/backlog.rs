@@ -1,7 +1,7 @@
 //! The probe's samples: the backlog of the outbox, and what holds the database's xmin horizon.
 
 use super::Event;
-use crate::relay::probe::{Horizon, HORIZON_WARN_AFTER};
+use crate::relay::backlog::{Horizon, HORIZON_WARN_AFTER};
 use crate::telemetry::metrics;
 
 /// One sample of the backlog (`jobrelay_pending_jobs`, `jobrelay_oldest_pending_age_seconds`,
