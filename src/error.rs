@@ -42,9 +42,9 @@ pub enum Error {
         /// The job's uuid.
         uuid: uuid::Uuid,
         /// The layout (`--layout`).
-        layout: crate::redis::layout::kind::LayoutKind,
+        layout: crate::job::layout::LayoutKind,
         /// Why.
-        reason: crate::redis::layout::kind::Unfit,
+        reason: crate::job::layout::Unfit,
     },
 
     /// The marshalled job is larger than `--max-job-size`. Permanent.

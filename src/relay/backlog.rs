@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use sqlx::{Connection as _, PgPool, Row as _};
 
 use super::queries::{self, Queries};
-use crate::redis::layout::LayoutKind;
+use crate::job::layout::LayoutKind;
 use crate::table::TableName;
 use crate::telemetry::events::{self, BacklogSampled, Event as _};
 

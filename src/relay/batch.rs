@@ -15,7 +15,7 @@ use super::sink::JobSink;
 use crate::backoff::per_job_delay;
 use crate::error::{Dependency, Error, ErrorClass, Reason, Result};
 use crate::job::Job;
-use crate::redis::enqueue::{JobResult, Outcome};
+use crate::job::{JobResult, Outcome};
 use crate::telemetry::events::{self, Event as _, Failures};
 use uuid::Uuid;
 

@@ -41,7 +41,7 @@ pub use self::queries::Queries;
 pub use self::report::Report;
 pub use self::sink::JobSink;
 pub use self::sweep::sweep;
-use crate::redis::layout::LayoutKind;
+use crate::job::layout::LayoutKind;
 use crate::table::TableName;
 
 /// What the daemon's workers share.

@@ -1,7 +1,7 @@
 //! The relay's SQL, rendered once per table.
 
 use crate::columns::{self, ALL, CLAIMED};
-use crate::redis::layout::LayoutKind;
+use crate::job::layout::LayoutKind;
 use crate::table::TableName;
 
 /// What a claimed row is counted as besides its payload, against the batch's byte cap: the

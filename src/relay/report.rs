@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::{Dependency, Reason};
-use crate::redis::enqueue::Outcome;
+use crate::job::Outcome;
 
 /// Counts of one or more batches.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

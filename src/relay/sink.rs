@@ -4,9 +4,9 @@
 use std::future::Future;
 
 use crate::error::Result;
+use crate::job::layout::LayoutKind;
 use crate::job::Job;
-use crate::redis::enqueue::JobResult;
-use crate::redis::layout::LayoutKind;
+use crate::job::JobResult;
 
 /// Where claimed jobs go. The relay deletes a row only after its job's result is `Ok`.
 ///

@@ -7,7 +7,6 @@
 //! leaves no trace and its retry is not mistaken for a duplicate.
 
 mod call;
-mod outcome;
 
 use std::time::Duration;
 
@@ -15,9 +14,9 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use self::call::Call;
-pub use self::outcome::Outcome;
 use crate::error::{Error, Result};
 use crate::job::Job;
+pub use crate::job::{JobResult, Outcome};
 use crate::redis::layout::{Layout, LayoutKind};
 
 /// Jobs per script call. Bounds how long one call blocks Redis (a few milliseconds).
@@ -45,9 +44,6 @@ pub struct Enqueuer {
     script: redis::Script,
     repair: Option<redis::Script>,
 }
-
-/// What one job in a batch came to: an [`Outcome`], or a per-job or permanent [`Error`].
-pub type JobResult = Result<Outcome>;
 
 impl Enqueuer {
     /// An enqueuer writing the `jobrelay` layout's keys under `namespace` (e.g. `"app1:"`, or

@@ -29,15 +29,14 @@ mod bullmq;
 mod celery;
 mod conveyor;
 mod jobrelay;
-pub(crate) mod kind;
 #[cfg(feature = "daemon")]
 pub mod peek;
 mod rq;
 mod sidekiq;
 
-pub use self::kind::{LayoutKind, Unfit};
 pub(crate) use self::sidekiq::args_of as sidekiq_args_of;
 pub use self::sidekiq::{MAX_ARGS_DEPTH as SIDEKIQ_MAX_ARGS_DEPTH, RESERVED as SIDEKIQ_RESERVED};
+pub use crate::job::layout::{LayoutKind, Unfit};
 
 use std::fmt;
 

@@ -31,8 +31,8 @@ impl Default for BatchSettings {
     fn default() -> Self {
         BatchSettings {
             batch_size: crate::defaults::DEFAULT_BATCH_SIZE,
-            max_batch_bytes: crate::redis::enqueue::DEFAULT_MAX_CALL_BYTES,
-            max_job_bytes: crate::redis::enqueue::DEFAULT_MAX_JOB_BYTES,
+            max_batch_bytes: crate::defaults::DEFAULT_BATCH_MAX_BYTES,
+            max_job_bytes: crate::defaults::DEFAULT_MAX_JOB_SIZE,
             max_attempts: 25,
             statement_timeout: Duration::from_secs(15),
             idle_in_transaction_timeout: Duration::from_secs(20),

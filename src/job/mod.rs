@@ -10,6 +10,15 @@ use crate::error::{Error, Result};
 use crate::pg_timestamp::RELAYABLE_RANGE;
 use crate::proto::v1;
 
+pub mod layout;
+mod outcome;
+
+pub use self::outcome::Outcome;
+
+/// What one job in a batch came to: an [`Outcome`], or a per-job or permanent
+/// [`Error`].
+pub type JobResult = std::result::Result<Outcome, crate::error::Error>;
+
 /// Longest queue name accepted (docs/schema.md).
 pub const MAX_QUEUE_LEN: usize = 128;
 /// Longest job type accepted (docs/schema.md).
