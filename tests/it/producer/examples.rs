@@ -1,4 +1,4 @@
-//! The examples run: `examples/things.rs`, `examples/plain_sql.sql`, `examples/producer_bench.rs`.
+//! The examples run: `examples/things.rs`, `examples/plain_sql.sql`.
 
 use super::*;
 
@@ -96,41 +96,4 @@ async fn example_plain_sql_runs(pool: PgPool) {
             .len(),
         1
     );
-}
-
-/// `examples/producer_bench.rs` with tiny sizes: it reports rates and drops its database.
-#[tokio::test]
-async fn example_producer_bench_runs_and_drops_its_database() {
-    let admin = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    let sizes = producer_bench::Sizes {
-        single_tx: 5,
-        batch_tx: 2,
-        baseline_tx: 1,
-    };
-    let report = producer_bench::run(&admin, sizes).await.unwrap();
-    for key in [
-        "single_job_tx",
-        "thousand_job_tx",
-        "row_by_row_baseline_thousand_job_tx",
-    ] {
-        assert!(
-            report[key]["jobs_per_second"].as_f64().unwrap() > 0.0,
-            "{report}"
-        );
-    }
-    let db = report["database"]
-        .as_str()
-        .unwrap()
-        .split(' ')
-        .next()
-        .unwrap();
-    assert!(db.starts_with("jobrelay_bench_producer_"), "{report}");
-    let mut conn = PgConnection::connect(&admin).await.unwrap();
-    let left: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-            .bind(db)
-            .fetch_one(&mut conn)
-            .await
-            .unwrap();
-    assert!(!left, "{db} was dropped");
 }

@@ -20,10 +20,6 @@ mod transaction;
 #[path = "../../../examples/things.rs"]
 mod things_example;
 
-#[allow(dead_code)]
-#[path = "../../../examples/producer_bench.rs"]
-mod producer_bench;
-
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -5,36 +5,29 @@
 //! waits for the disk), and with `synchronous_commit = off` for this session.
 //!
 //! ```text
-//! cargo run --release --example producer_bench
+//! cargo bench --bench producer
 //! ```
 //!
 //! It creates its own database `jobrelay_bench_producer_<random>` next to `DATABASE_URL`
-//! (default `postgres://postgres@127.0.0.1:5432/postgres`), applies the migrations, and drops it
-//! at the end, even after a failure. Sizes (defaults keep it well under 30 s):
+//! (default `postgres://postgres@127.0.0.1:5432/postgres`; `benches/support/sandbox.rs`),
+//! applies the migrations, and drops it at the end, even after a failure. Sizes (defaults keep it well under 30 s):
 //! `BENCH_SINGLE_TX` (2000 transactions of 1 job), `BENCH_BATCH_TX` (50 transactions of 1,000
 //! jobs), `BENCH_BASELINE_TX` (10 transactions of 1,000 single-row INSERTs). Prints one JSON
 //! object.
 
+// Each benchmark uses a part of it; also loaded by the others when the tests compile them all.
+#[allow(clippy::duplicate_mod, dead_code)]
+#[macro_use]
+#[path = "support/mod.rs"]
+mod support;
+
 use std::time::Instant;
 
 use jobrelay::producer::{JobBuilder, Producer};
-use jobrelay::TableName;
 use sqlx::{Connection, PgConnection};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name)
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| default.to_owned())
-}
-
-fn env_usize(name: &str, default: usize) -> Result<usize, BoxError> {
-    env_or(name, &default.to_string())
-        .parse()
-        .map_err(|e| format!("{name}: {e}").into())
-}
+use support::sandbox::{Sandbox, Settings};
+use support::{env, BoxError};
 
 fn job(i: usize) -> JobBuilder {
     JobBuilder::new("bench", "ProcessThing").json(&serde_json::json!({ "thing_id": i }))
@@ -99,30 +92,26 @@ impl Sizes {
     /// From `BENCH_SINGLE_TX`, `BENCH_BATCH_TX`, `BENCH_BASELINE_TX`, or the defaults.
     pub fn from_env() -> Result<Self, BoxError> {
         Ok(Sizes {
-            single_tx: env_usize("BENCH_SINGLE_TX", 2000)?,
-            batch_tx: env_usize("BENCH_BATCH_TX", 50)?,
-            baseline_tx: env_usize("BENCH_BASELINE_TX", 10)?,
+            single_tx: env::num("BENCH_SINGLE_TX", 2000)?,
+            batch_tx: env::num("BENCH_BATCH_TX", 50)?,
+            baseline_tx: env::num("BENCH_BASELINE_TX", 10)?,
         })
     }
 }
 
-async fn bench(url: &str, sizes: Sizes) -> Result<serde_json::Value, BoxError> {
+async fn bench(sb: &Sandbox, sizes: Sizes) -> Result<serde_json::Value, BoxError> {
     let Sizes {
         single_tx,
         batch_tx,
         baseline_tx,
     } = sizes;
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(url)
-        .await?;
-    jobrelay::db::migrate(&pool, &TableName::default()).await?;
     let synchronous_commit: String = sqlx::query_scalar("SHOW synchronous_commit")
-        .fetch_one(&pool)
+        .fetch_one(&sb.pool)
         .await?;
-    pool.close().await;
+    // One connection from here on.
+    sb.pool.close().await;
 
-    let mut conn = PgConnection::connect(url).await?;
+    let mut conn = PgConnection::connect(&sb.url(None)).await?;
     let producer = Producer::default();
     // Warm up: prepared statements, caches.
     producer_rate(&mut conn, &producer, 20, 10).await?;
@@ -163,29 +152,31 @@ async fn bench(url: &str, sizes: Sizes) -> Result<serde_json::Value, BoxError> {
 /// Creates the benchmark database next to `admin_url`, measures, drops the database (whatever
 /// happened), and returns the report.
 pub async fn run(admin_url: &str, sizes: Sizes) -> Result<serde_json::Value, BoxError> {
-    let mut url = url::Url::parse(admin_url)?;
-    let suffix = uuid::Uuid::new_v4().simple().to_string();
-    let db = format!("jobrelay_bench_producer_{}", &suffix[..12]);
-    let mut admin = PgConnection::connect(admin_url).await?;
-    sqlx::query(&format!("CREATE DATABASE {db}"))
-        .execute(&mut admin)
-        .await?;
-    url.set_path(&format!("/{db}"));
+    let sb = Sandbox::create(&Settings {
+        kind: "bench_producer",
+        database_url: admin_url,
+        redis_url: None,
+        max_connections: 1,
+        application_name: None,
+    })
+    .await?;
 
-    let result = bench(url.as_str(), sizes).await;
+    let result = bench(&sb, sizes).await;
 
-    let dropped = sqlx::query(&format!("DROP DATABASE {db} WITH (FORCE)"))
-        .execute(&mut admin)
-        .await;
+    sb.pool.close().await;
+    let dropped = sb.scratch.drop_database().await;
     let mut report = result?;
     dropped?;
-    report["database"] = serde_json::Value::from(format!("{db} (dropped)"));
+    report["database"] = serde_json::Value::from(format!("{} (dropped)", sb.db_name()));
     Ok(report)
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), BoxError> {
-    let admin_url = env_or(
+    if !support::cli::started_by_cargo_bench("producer") {
+        return Ok(());
+    }
+    let admin_url = env::or(
         "DATABASE_URL",
         "postgres://postgres@127.0.0.1:5432/postgres",
     );

@@ -1,99 +1,17 @@
-//! The benchmark programs run with tiny sizes so that they cannot rot. Not timed tests: they
-//! check that every stage ran, delivered everything exactly once, and reported its figures (not
-//! whether they meet the targets), and that what they created is gone.
-//!
-//! - `examples/bench`: drain, live rate and the naive comparison;
-//! - `examples/fleet`: both configurations and the idle-fleet stage; the relays are this
-//!   build's debug binary, handed over as `JOBRELAY_BIN` like any other setting.
+//! `benches/fleet`: one round of both configurations and the idle stage, with tiny sizes; its
+//! settings.
 
 use std::collections::HashMap;
 
-#[path = "../../examples/bench/main.rs"]
-#[allow(dead_code)]
-mod bench_example;
+use super::{database_exists, database_url};
 
-#[path = "../../examples/fleet/main.rs"]
+#[path = "../../../benches/fleet/main.rs"]
 #[allow(dead_code)]
-mod fleet;
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_benchmark_runs_with_small_sizes_and_cleans_up() {
-    let args = bench_example::Args {
-        database_url: std::env::var("DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into()),
-        redis_url: crate::common::redis_url(),
-        rows: 2_000,
-        naive_rows: 100,
-        rate: 200,
-        seconds: 1.0,
-        insert_seconds: 0.4,
-        workers: 2,
-        batch_size: 500,
-        layout: jobrelay::LayoutKind::Jobrelay,
-        backlog_rows: 1_500,
-        vacuumed: true,
-    };
-    let report = bench_example::bench(&args)
-        .await
-        .expect("the benchmark runs");
-    assert_eq!(report["drain"]["rows"], 2_000);
-    assert!(report["drain"]["rows_per_second"].as_f64().unwrap() > 0.0);
-    assert!(
-        report["drain"]["relay_cpu_seconds_per_100k"]
-            .as_f64()
-            .unwrap()
-            >= 0.0
-    );
-    assert_eq!(report["drain_vacuumed"]["rows"], 2_000);
-    assert_eq!(report["stages"]["rows"], 1_500);
-    assert_eq!(report["stages"]["claim_ms"]["batches"], 3);
-    assert_eq!(
-        report["stages"]["claim_ms"]["mean_per_tenth_first_to_last"]
-            .as_array()
-            .unwrap()
-            .len(),
-        3
-    );
-    assert_eq!(report["naive"]["rows"], 100);
-    assert!(report["drain_over_naive"].as_f64().unwrap() > 0.0);
-    assert_eq!(report["latency"]["jobs"], 200);
-    for k in ["p50_ms", "p99_ms", "max_ms"] {
-        assert!(report["latency"][k].as_f64().unwrap() >= 0.0, "{k}");
-    }
-    for k in [
-        "inserts_per_second_with_trigger",
-        "inserts_per_second_without_trigger",
-    ] {
-        assert!(report["notify_cost"][k].as_f64().unwrap() > 0.0, "{k}");
-    }
-    // Its database and its Redis keys are gone.
-    let db = report["sandbox"]["database"].as_str().unwrap().to_owned();
-    assert!(db.starts_with("jobrelay_bench_"), "{db}");
-    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&args.database_url)
-        .await
-        .unwrap();
-    let exists: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-            .bind(&db)
-            .fetch_one(&mut admin)
-            .await
-            .unwrap();
-    assert!(!exists, "{db} was dropped");
-    let ns = crate::common::Namespace::on(&args.redis_url)
-        .with_prefix(report["sandbox"]["namespace"].as_str().unwrap());
-    assert!(
-        ns.keys().await.is_empty(),
-        "no key left under {}",
-        ns.prefix
-    );
-}
+mod fleet_bench;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fleet_benchmark_runs_with_small_sizes_and_cleans_up() {
-    let database_url = std::env::var("DATABASE_URL")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let database_url = database_url();
     let env: HashMap<&str, String> = [
         ("FLEET_ROWS", "2000".to_owned()),
         ("FLEET_PROCESSES", "2".to_owned()),
@@ -110,15 +28,17 @@ async fn the_fleet_benchmark_runs_with_small_sizes_and_cleans_up() {
     ]
     .into_iter()
     .collect();
-    let args = fleet::Args::from_lookup(&|k| env.get(k).cloned()).expect("settings");
+    let args = fleet_bench::Args::from_lookup(&|k| env.get(k).cloned()).expect("settings");
     assert_eq!(
         args.fleet,
-        fleet::Shape {
+        fleet_bench::Shape {
             processes: 2,
             workers: 2
         }
     );
-    let report = fleet::fleet(&args).await.expect("the fleet benchmark runs");
+    let report = fleet_bench::fleet(&args)
+        .await
+        .expect("the fleet benchmark runs");
 
     assert_every_run_delivered_exactly_once(&report);
     assert_the_idle_stage_ran(&report);
@@ -217,16 +137,10 @@ async fn assert_the_sandbox_is_gone(
 ) {
     let db = report["sandbox"]["database"].as_str().unwrap().to_owned();
     assert!(db.starts_with("jobrelay_fleet_"), "{db}");
-    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(database_url)
-        .await
-        .unwrap();
-    let exists: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-            .bind(&db)
-            .fetch_one(&mut admin)
-            .await
-            .unwrap();
-    assert!(!exists, "{db} was dropped");
+    assert!(
+        !database_exists(database_url, &db).await,
+        "{db} was dropped"
+    );
     let ns = crate::common::Namespace::on(redis_url)
         .with_prefix(report["sandbox"]["namespace"].as_str().unwrap());
     assert!(
@@ -240,11 +154,11 @@ async fn assert_the_sandbox_is_gone(
 #[test]
 fn the_idle_stage_is_on_by_default_and_off_with_zero_relays() {
     let bin = env!("CARGO_BIN_EXE_jobrelay").to_owned();
-    let defaults = fleet::Args::from_lookup(&|k| (k == "JOBRELAY_BIN").then(|| bin.clone()))
+    let defaults = fleet_bench::Args::from_lookup(&|k| (k == "JOBRELAY_BIN").then(|| bin.clone()))
         .expect("settings");
     assert_eq!(
         defaults.idle,
-        Some(fleet::IdleArgs {
+        Some(fleet_bench::IdleArgs {
             relays: 24,
             window: std::time::Duration::from_secs(10),
             latency_rows: 200,
@@ -253,7 +167,7 @@ fn the_idle_stage_is_on_by_default_and_off_with_zero_relays() {
             quiet_gap: std::time::Duration::from_secs(2),
         })
     );
-    let off = fleet::Args::from_lookup(&|k| match k {
+    let off = fleet_bench::Args::from_lookup(&|k| match k {
         "JOBRELAY_BIN" => Some(bin.clone()),
         "FLEET_IDLE_RELAYS" => Some("0".into()),
         _ => None,
@@ -266,7 +180,7 @@ fn the_idle_stage_is_on_by_default_and_off_with_zero_relays() {
         ("FLEET_LATENCY_ROWS", "0"),
         ("FLEET_LATENCY_GAP", "fast"),
     ] {
-        let r = fleet::Args::from_lookup(&|key| match key {
+        let r = fleet_bench::Args::from_lookup(&|key| match key {
             "JOBRELAY_BIN" => Some(bin.clone()),
             _ if key == k => Some(v.into()),
             _ => None,

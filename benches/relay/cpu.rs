@@ -1,11 +1,14 @@
 //! Where the machine's CPU time goes during a stage: the relay (the threads of its runtime,
 //! named [`RELAY_THREAD`]), Redis, the Postgres server processes, and every core together.
-//! Read from `/proc` and Redis's `INFO cpu`; the Postgres figure is null when no `postgres`
+//! Read from `/proc` and Redis's `INFO` (`benches/support/`); the Postgres figure is null when no `postgres`
 //! process is visible here (a remote server). The bench's own producers and consumer are part
 //! of "other".
 
 use std::collections::HashMap;
 use std::time::Instant;
+
+use super::support::stats::round;
+use super::support::{procfs, redis_info};
 
 /// Thread name of the relay's runtime (at most 15 bytes: `/proc` truncates longer ones).
 pub const RELAY_THREAD: &str = "jobrelay-relay";
@@ -29,11 +32,11 @@ impl CpuSnapshot {
     pub async fn take(redis: &redis::Client) -> Self {
         CpuSnapshot {
             at: Instant::now(),
-            relay: relay_cpu_seconds(),
-            redis: redis_cpu_seconds(redis).await,
-            postgres: postgres_cpu_seconds(),
-            redis_commands: redis_command_usec(redis).await,
-            machine_busy: machine_busy_seconds(),
+            relay: procfs::threads_cpu_seconds(RELAY_THREAD),
+            redis: redis_info::cpu_seconds(redis).await,
+            postgres: procfs::postgres_cpu_seconds(),
+            redis_commands: redis_info::command_usec(redis).await,
+            machine_busy: procfs::machine_busy_seconds(),
         }
     }
 
@@ -89,103 +92,4 @@ impl CpuSnapshot {
             "busy_cores": round(busy / wall.max(1e-9), 2),
         })
     }
-}
-
-fn round(x: f64, digits: i32) -> f64 {
-    let f = 10f64.powi(digits);
-    (x * f).round() / f
-}
-
-// Also loaded by the other benchmark example when both are compiled into the tests.
-#[allow(clippy::duplicate_mod)]
-#[path = "../support/proc_stat.rs"]
-mod proc_stat;
-
-use proc_stat::{stat_cpu, TICKS};
-
-/// User + system CPU seconds of this process's threads named [`RELAY_THREAD`].
-pub fn relay_cpu_seconds() -> f64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0.0;
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
-        .filter_map(|stat| match stat_cpu(&stat) {
-            Some((RELAY_THREAD, cpu)) => Some(cpu),
-            _ => None,
-        })
-        .sum()
-}
-
-/// CPU seconds of every live process named `postgres` (the server and its backends), by pid.
-fn postgres_cpu_seconds() -> Option<HashMap<u32, f64>> {
-    let mut found = None;
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        if let Some(("postgres", cpu)) = stat_cpu(&stat) {
-            found.get_or_insert_with(HashMap::new).insert(pid, cpu);
-        }
-    }
-    found
-}
-
-/// Busy (not idle, not waiting for I/O) seconds of all cores, from `/proc/stat`.
-fn machine_busy_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let Some(cpu) = stat.lines().next() else {
-        return 0.0;
-    };
-    // cpu user nice system idle iowait irq softirq steal ...
-    let v: Vec<f64> = cpu
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    let busy: f64 = [0, 1, 2, 5, 6, 7].iter().filter_map(|&i| v.get(i)).sum();
-    busy / TICKS
-}
-
-/// One section of Redis's `INFO`.
-async fn redis_info(client: &redis::Client, section: &str) -> Option<String> {
-    let mut con = client.get_multiplexed_async_connection().await.ok()?;
-    redis::cmd("INFO")
-        .arg(section)
-        .query_async(&mut con)
-        .await
-        .ok()
-}
-
-/// `used_cpu_user + used_cpu_sys` from Redis's `INFO cpu`.
-async fn redis_cpu_seconds(client: &redis::Client) -> Option<f64> {
-    let info = redis_info(client, "cpu").await?;
-    let field = |name: &str| -> Option<f64> {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
-    };
-    Some(field("used_cpu_user")? + field("used_cpu_sys")?)
-}
-
-/// Microseconds spent in each command so far, from Redis's `INFO commandstats`.
-async fn redis_command_usec(client: &redis::Client) -> Option<HashMap<String, f64>> {
-    let info = redis_info(client, "commandstats").await?;
-    // cmdstat_set:calls=3,usec=12,usec_per_call=4.00,...
-    Some(
-        info.lines()
-            .filter_map(|l| {
-                let (name, fields) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-                let usec = fields
-                    .split(',')
-                    .find_map(|f| f.strip_prefix("usec="))?
-                    .parse()
-                    .ok()?;
-                Some((name.to_owned(), usec))
-            })
-            .collect(),
-    )
 }

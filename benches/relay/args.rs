@@ -1,0 +1,50 @@
+//! What the relay benchmark runs, and how big: `BENCH_*`, `DATABASE_URL` and `REDIS_URL`.
+
+use jobrelay::config::{DEFAULT_BATCH_SIZE, DEFAULT_WORKERS};
+use jobrelay::LayoutKind;
+
+use super::support::env;
+use super::BoxError;
+
+/// What to run, and how big.
+pub struct Args {
+    pub database_url: String,
+    pub redis_url: String,
+    pub rows: usize,
+    pub naive_rows: usize,
+    pub rate: usize,
+    pub seconds: f64,
+    pub insert_seconds: f64,
+    pub workers: usize,
+    pub batch_size: usize,
+    /// `BENCH_LAYOUT`: the Redis layout (`jobrelay`, `conveyor`, `sidekiq`, `celery`, `bullmq` or
+    /// `rq`).
+    pub layout: LayoutKind,
+    /// `BENCH_BACKLOG_ROWS`: the backlog one worker drains in `backlog` (default 1,000,000).
+    pub backlog_rows: usize,
+    /// `BENCH_VACUUMED=1`: also the drain after `VACUUM (ANALYZE)` (labelled).
+    pub vacuumed: bool,
+}
+
+impl Args {
+    /// Sizes from `BENCH_*` variables, defaults as documented in `main.rs`.
+    pub fn from_env() -> Result<Self, BoxError> {
+        Ok(Args {
+            database_url: env::or(
+                "DATABASE_URL",
+                "postgres://postgres@127.0.0.1:5432/postgres",
+            ),
+            redis_url: env::or("REDIS_URL", "redis://127.0.0.1:6379"),
+            rows: env::num("BENCH_ROWS", 200_000)?,
+            naive_rows: env::num("BENCH_NAIVE_ROWS", 10_000)?,
+            rate: env::num("BENCH_RATE", 2_000)?,
+            seconds: env::num("BENCH_SECONDS", 20.0)?,
+            insert_seconds: env::num("BENCH_INSERT_SECONDS", 30.0)?,
+            workers: env::num("BENCH_WORKERS", DEFAULT_WORKERS)?,
+            batch_size: env::num("BENCH_BATCH_SIZE", DEFAULT_BATCH_SIZE)?,
+            layout: env::or("BENCH_LAYOUT", "jobrelay").parse()?,
+            backlog_rows: env::num("BENCH_BACKLOG_ROWS", 1_000_000)?,
+            vacuumed: env::or("BENCH_VACUUMED", "") == "1",
+        })
+    }
+}

@@ -1,0 +1,103 @@
+//! The rows the stages write and the queues their jobs land in: 200-byte payloads over 8
+//! queues, COPYed in one transaction.
+
+use std::time::Duration;
+
+use jobrelay::{Enqueuer, LayoutKind};
+
+use super::support::sandbox::Sandbox;
+use super::BoxError;
+
+pub const QUEUES: usize = 8;
+pub const PAYLOAD_BYTES: usize = 200;
+
+/// Row `i`'s payload: `PAYLOAD_BYTES` bytes, a JSON array in the sidekiq layout (Sidekiq's
+/// `args`: `[{"thing_id":i,"pad":"xx..."}]`), else `{"thing_id":i,"pad":"xx...` cut off.
+fn payload(layout: LayoutKind, i: usize) -> Vec<u8> {
+    let (head, tail) = if takes_args(layout) {
+        (format!("[{{\"thing_id\":{i},\"pad\":\""), "\"}]")
+    } else {
+        (format!("{{\"thing_id\":{i},\"pad\":\""), "")
+    };
+    let pad = PAYLOAD_BYTES.saturating_sub(head.len() + tail.len());
+    let mut p = head.into_bytes();
+    p.resize(p.len() + pad, b'x');
+    p.extend_from_slice(tail.as_bytes());
+    p
+}
+
+/// Whether the layout's payloads are a job's `args`, a JSON array (sidekiq, celery, rq), or must
+/// be JSON anyway (bullmq's `data`: the same arrays).
+fn takes_args(layout: LayoutKind) -> bool {
+    matches!(
+        layout,
+        LayoutKind::Sidekiq | LayoutKind::Celery | LayoutKind::Bullmq | LayoutKind::Rq
+    )
+}
+
+/// The SQL literal of a one-row insert's payload: `[]` (empty `args`) where the layout takes
+/// args, else `otherwise`.
+pub fn tiny_payload(layout: LayoutKind, otherwise: &'static str) -> &'static str {
+    if takes_args(layout) {
+        "'\\x5b5d'"
+    } else {
+        otherwise
+    }
+}
+
+/// COPYs `n` rows in one transaction: 200-byte payloads, round-robin over 8 queues named
+/// `<prefix>0..7`. No ANALYZE: the statistics stay those of the empty table.
+pub async fn copy_rows(
+    sb: &Sandbox,
+    layout: LayoutKind,
+    n: usize,
+    prefix: &str,
+) -> Result<(), BoxError> {
+    let mut conn = sb.pool.acquire().await?;
+    let mut copy = conn
+        .copy_in_raw("COPY pending_jobs (queue, job_type, payload) FROM STDIN")
+        .await?;
+    let mut buf = String::with_capacity(1 << 20);
+    for i in 0..n {
+        let mut hex = String::with_capacity(PAYLOAD_BYTES * 2);
+        for b in payload(layout, i) {
+            hex.push_str(&format!("{b:02x}"));
+        }
+        buf.push_str(&format!(
+            "{prefix}{}\tProcessThing\t\\\\x{hex}\n",
+            i % QUEUES
+        ));
+        if buf.len() > (1 << 20) {
+            copy.send(buf.as_bytes()).await?;
+            buf.clear();
+        }
+    }
+    copy.send(buf.as_bytes()).await?;
+    copy.finish().await?;
+    Ok(())
+}
+
+/// The jobs in the queues `<prefix>0..7`.
+pub async fn jobs_in_queues(
+    sb: &Sandbox,
+    layout: LayoutKind,
+    prefix: &str,
+) -> Result<usize, BoxError> {
+    let mut con = sb.redis_con().await?;
+    let mut total = 0usize;
+    for q in 0..QUEUES {
+        let n: usize = redis::cmd("LLEN")
+            .arg(queue_key(sb, layout, &format!("{prefix}{q}")))
+            .query_async(&mut con)
+            .await?;
+        total += n;
+    }
+    Ok(total)
+}
+
+/// The list of `queue` in the bench's layout and namespace.
+pub fn queue_key(sb: &Sandbox, layout: LayoutKind, queue: &str) -> String {
+    Enqueuer::new(sb.namespace().to_owned(), Duration::ZERO)
+        .with_layout(layout)
+        .queue_key(queue)
+}
