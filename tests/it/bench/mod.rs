@@ -7,12 +7,12 @@
 //! - `fleet`: both configurations and the idle-fleet stage; the relays are this build's debug
 //!   binary, handed over as `JOBRELAY_BIN` like any other setting;
 //! - `horizon`: both phases and the simulated hour;
-//! - `producer`: the producer's insert rates;
+//! - `producer_insert`: the producer's insert rates;
 //! - `wait`: pushes with and without `WAIT 1`, on a private primary and replica.
 
 mod fleet;
 mod horizon;
-mod producer;
+mod producer_insert;
 mod relay;
 mod wait;
 

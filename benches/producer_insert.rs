@@ -5,7 +5,7 @@
 //! waits for the disk), and with `synchronous_commit = off` for this session.
 //!
 //! ```text
-//! cargo bench --bench producer
+//! cargo bench --bench producer_insert
 //! ```
 //!
 //! It creates its own database `jobrelay_bench_producer_<random>` next to `DATABASE_URL`
@@ -173,7 +173,7 @@ pub async fn run(admin_url: &str, sizes: Sizes) -> Result<serde_json::Value, Box
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), BoxError> {
-    if !support::cli::started_by_cargo_bench("producer") {
+    if !support::cli::started_by_cargo_bench("producer_insert") {
         return Ok(());
     }
     let admin_url = env::or(

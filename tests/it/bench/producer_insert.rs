@@ -1,9 +1,9 @@
-//! `benches/producer.rs`: every measurement, with tiny sizes.
+//! `benches/producer_insert.rs`: every measurement, with tiny sizes.
 
 use super::{database_exists, database_url};
 
 #[allow(dead_code)]
-#[path = "../../../benches/producer.rs"]
+#[path = "../../../benches/producer_insert.rs"]
 mod producer_bench;
 
 /// With tiny sizes: it reports rates and drops its database.
