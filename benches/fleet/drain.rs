@@ -4,8 +4,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use chrono::{DateTime, Utc};
-use serde_json::json;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::figures::{claim_stats, show, table_state};
 use super::logs::Logs;
