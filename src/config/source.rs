@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::cli::Flags;
-use super::ConfigError;
+use super::error::ConfigError;
 use crate::telemetry::redact;
 
 /// Every option: TOML key, flag, environment variable (None: flag and file only).

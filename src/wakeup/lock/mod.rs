@@ -37,131 +37,27 @@
 //! meanwhile. Every statement is bounded by [`STATEMENT_LIMIT`] on the client too: a server
 //! that stops answering (a primary gone silent) costs the lock's session, not the task.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+mod activity;
+mod session;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sqlx::{Connection, PgConnection, PgPool};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+pub use self::activity::{Activity, Waiting, AWAKE_WINDOW};
+pub use self::session::{IDLE_TIMEOUT, LOCK_CLASS, LOCK_WAIT, STATEMENT_LIMIT, XMIN_WAIT_LIMIT};
+
+use self::session::{bounded, try_lock, unlock_and_settle};
 use crate::relay::cursor::ClaimCursor;
 use crate::table::TableName;
 
-/// How long after the last non-empty claim the relay stays awake.
-pub const AWAKE_WINDOW: Duration = Duration::from_secs(1);
 /// How often an awake relay checks for claimable rows, while a worker waits for them.
 pub const AWAKE_POLL: Duration = Duration::from_millis(1);
 /// How often an awake relay whose workers are all busy looks whether it is still awake.
 pub const BUSY_RECHECK: Duration = Duration::from_millis(100);
-/// How long the relay waits to take the lock (producers' transactions hold it shared until
-/// they end); it tries again this often while awake.
-pub const LOCK_WAIT: Duration = Duration::from_millis(200);
-/// The server ends the lock's transaction when it has been idle this long (a hung relay).
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Client-side bound on each of the lock's statements (and on connecting).
-pub const STATEMENT_LIMIT: Duration = Duration::from_secs(3);
-/// Longest wait for older transactions to end after unlocking.
-pub const XMIN_WAIT_LIMIT: Duration = Duration::from_secs(10);
-/// First key of the wake-up lock ("jr"); the second is `hashtext(<channel>)`.
-pub const LOCK_CLASS: i32 = 0x6A72;
-
-/// When the workers last claimed rows, how many of them wait for a wake-up, and when one last
-/// polled while idle.
-#[derive(Debug)]
-pub struct Activity {
-    base: Instant,
-    /// Milliseconds since `base` of the last mark, plus one (0: never).
-    last: AtomicU64,
-    changed: Notify,
-    /// Workers between batches, waiting for a wake-up ([`Activity::waiting`]).
-    waiting: AtomicUsize,
-    /// A worker began to wait.
-    waiting_began: Notify,
-    /// Milliseconds since `base` of the relay's last idle poll, plus one (0: never).
-    idle_polled: AtomicU64,
-}
-
-impl Default for Activity {
-    fn default() -> Self {
-        Activity {
-            base: Instant::now(),
-            last: AtomicU64::new(0),
-            changed: Notify::new(),
-            waiting: AtomicUsize::new(0),
-            waiting_began: Notify::new(),
-            idle_polled: AtomicU64::new(0),
-        }
-    }
-}
-
-impl Activity {
-    /// A worker claimed rows.
-    pub fn mark(&self) {
-        let was_awake = self.is_awake();
-        self.last.store(
-            self.base.elapsed().as_millis() as u64 + 1,
-            Ordering::Release,
-        );
-        if !was_awake {
-            self.changed.notify_one();
-        }
-    }
-
-    /// A worker waits for a wake-up until the guard is dropped: the awake poll runs for it.
-    pub fn waiting(&self) -> Waiting<'_> {
-        self.waiting.fetch_add(1, Ordering::AcqRel);
-        self.waiting_began.notify_one();
-        Waiting(self)
-    }
-
-    /// A worker's idle wait of `interval` (`--poll-interval`) ran out with no wake-up: whether
-    /// it should look for rows. One worker of the relay does, per interval; the others, whose
-    /// waits run out at other moments of it, go back to waiting. Each look is a claim (a
-    /// transaction, and a statement parsed and planned), and an idle fleet of 24 relays of 2
-    /// workers spent most of its Postgres CPU on them. A backlog that arrives unannounced
-    /// still draws every worker: the wake-up lock's poll wakes them once one claims rows, and
-    /// without the lock, each idle worker's turn to look comes within an interval.
-    pub fn take_idle_poll(&self, interval: Duration) -> bool {
-        let now = self.base.elapsed().as_millis() as u64 + 1;
-        let last = self.idle_polled.load(Ordering::Acquire);
-        // A tenth of the interval's slack: the poller's own next wait ends a little more than
-        // an interval after its last look began, never less.
-        let recent = (interval.as_millis() as u64).saturating_mul(9) / 10;
-        if last != 0 && now.saturating_sub(last) < recent {
-            return false;
-        }
-        self.idle_polled
-            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
-    /// Whether a worker waits for a wake-up.
-    pub fn anyone_waiting(&self) -> bool {
-        self.waiting.load(Ordering::Acquire) > 0
-    }
-
-    /// Whether a worker claimed rows within [`AWAKE_WINDOW`].
-    pub fn is_awake(&self) -> bool {
-        match self.last.load(Ordering::Acquire) {
-            0 => false,
-            last => {
-                let since = (self.base.elapsed().as_millis() as u64 + 1).saturating_sub(last);
-                Duration::from_millis(since) < AWAKE_WINDOW
-            }
-        }
-    }
-}
-
-/// A worker waiting for a wake-up, from [`Activity::waiting`].
-#[derive(Debug)]
-pub struct Waiting<'a>(&'a Activity);
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
-    }
-}
 
 /// What [`WakeupLock::step`] asks for next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -399,138 +295,4 @@ pub async fn keep_awake(
         }
     }
     lock.close().await;
-}
-
-/// `fut` within [`STATEMENT_LIMIT`]; a timeout is an I/O error (the caller drops the session).
-async fn bounded<T>(fut: impl std::future::Future<Output = sqlx::Result<T>>) -> sqlx::Result<T> {
-    tokio::time::timeout(STATEMENT_LIMIT, fut)
-        .await
-        .unwrap_or_else(|_| {
-            Err(sqlx::Error::Io(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "no answer within {}",
-                    humantime::format_duration(STATEMENT_LIMIT)
-                ),
-            )))
-        })
-}
-
-/// Opens the lock's transaction: `lock_timeout` [`LOCK_WAIT`], `idle_in_transaction_session_timeout`
-/// [`IDLE_TIMEOUT`] and `statement_timeout` [`STATEMENT_LIMIT`], and the claims' planner
-/// settings, all for this transaction only.
-fn begin_statement() -> String {
-    format!(
-        "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {}; \
-         SET LOCAL statement_timeout = {}; {}",
-        LOCK_WAIT.as_millis(),
-        IDLE_TIMEOUT.as_millis(),
-        STATEMENT_LIMIT.as_millis(),
-        // The awake poll reads the outbox in `id` order: the claims' planner settings.
-        crate::relay::queries::PLANNER_SET_LOCAL
-    )
-}
-
-/// Takes the wake-up lock in `session` (a connection of its own to the pool's server, opened
-/// if `None`), in a transaction opened if `in_tx` is false; `false` when producers'
-/// transactions held it shared for longer than [`LOCK_WAIT`] (the transaction is then rolled
-/// back, the session kept). While this waits, producers cannot take the lock shared either (a
-/// waiting exclusive request blocks new shared ones), so they skip NOTIFY: the relay is awake
-/// and polls right after.
-async fn try_lock(
-    pool: &PgPool,
-    session: &mut Option<PgConnection>,
-    in_tx: &mut bool,
-    channel: &str,
-) -> sqlx::Result<bool> {
-    let con = match session {
-        Some(con) => con,
-        None => {
-            // Not from the pool: the lock's session is counted apart (--pg-max-connections).
-            let con = bounded(PgConnection::connect_with(&pool.connect_options())).await?;
-            session.insert(con)
-        }
-    };
-    if !*in_tx {
-        bounded(sqlx::Executor::execute(
-            &mut *con,
-            begin_statement().as_str(),
-        ))
-        .await?;
-        *in_tx = true;
-    }
-    // Unnamed: a named statement would outlive the transaction on a pooled server connection.
-    match bounded(
-        sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
-            .persistent(false)
-            .bind(LOCK_CLASS)
-            .bind(channel)
-            .execute(&mut *con),
-    )
-    .await
-    {
-        Ok(_) => Ok(true),
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => {
-            bounded(sqlx::Executor::execute(&mut *con, "ROLLBACK")).await?;
-            *in_tx = false;
-            Ok(false)
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// Commits the lock's transaction if `in_tx` (which unlocks), then waits until every
-/// transaction running at that moment has ended: a producer that skipped its NOTIFY has then
-/// committed (its row is visible) or aborted. Closes the session.
-async fn unlock_and_settle(
-    mut con: PgConnection,
-    in_tx: bool,
-    shutdown: &CancellationToken,
-) -> sqlx::Result<()> {
-    use sqlx::Row as _;
-    if in_tx {
-        bounded(sqlx::Executor::execute(&mut con, "COMMIT")).await?;
-    }
-    // A fresh transaction id: every id below it was assigned before this point. (A snapshot's
-    // xmax would not do: it is one past the latest *completed* id, so a producer whose
-    // transaction holds the newest id is not below it, and the wait below would pass while
-    // that producer is still open.) The simple query protocol, with the id written into the
-    // statement: one round trip each, whatever pooler is in between.
-    let next: String = bounded(crate::db::simple_query(
-        &mut con,
-        "SELECT pg_current_xact_id()::text",
-    ))
-    .await?
-    .try_get(0)?;
-    let next: u64 = next
-        .parse()
-        .map_err(|_| sqlx::Error::Protocol(format!("pg_current_xact_id() returned {next:?}")))?;
-    // Only this database's transactions can have inserted into the outbox: one that holds
-    // an older id, open or prepared, is waited for; a long transaction of another database on
-    // the same server (a report, another application) is not. `age` orders ids: an older id
-    // is further behind.
-    let passed_sql = format!(
-        "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity
-                            WHERE datname = current_database() AND backend_xid IS NOT NULL
-                              AND pid <> pg_backend_pid()
-                              AND age(backend_xid) > age(xid('{next}'::xid8)))
-            AND NOT EXISTS (SELECT 1 FROM pg_prepared_xacts
-                            WHERE database = current_database()
-                              AND age(transaction) > age(xid('{next}'::xid8)))"
-    );
-    let started = Instant::now();
-    loop {
-        let passed: bool = bounded(crate::db::simple_query(&mut con, &passed_sql))
-            .await?
-            .try_get(0)?;
-        if passed || shutdown.is_cancelled() {
-            break;
-        }
-        if started.elapsed() > XMIN_WAIT_LIMIT {
-            tracing::debug!("an old transaction holds the xmin back; relying on the poll interval");
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    bounded(con.close()).await
 }

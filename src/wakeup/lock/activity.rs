@@ -1,0 +1,107 @@
+//! What the workers are doing, as the wake-up lock sees it: when they last claimed rows (the
+//! relay is awake), and whether one waits for a wake-up.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+/// How long after the last non-empty claim the relay stays awake.
+pub const AWAKE_WINDOW: Duration = Duration::from_secs(1);
+
+/// When the workers last claimed rows, how many of them wait for a wake-up, and when one last
+/// polled while idle.
+#[derive(Debug)]
+pub struct Activity {
+    base: Instant,
+    /// Milliseconds since `base` of the last mark, plus one (0: never).
+    last: AtomicU64,
+    pub(super) changed: Notify,
+    /// Workers between batches, waiting for a wake-up ([`Activity::waiting`]).
+    waiting: AtomicUsize,
+    /// A worker began to wait.
+    pub(super) waiting_began: Notify,
+    /// Milliseconds since `base` of the relay's last idle poll, plus one (0: never).
+    idle_polled: AtomicU64,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity {
+            base: Instant::now(),
+            last: AtomicU64::new(0),
+            changed: Notify::new(),
+            waiting: AtomicUsize::new(0),
+            waiting_began: Notify::new(),
+            idle_polled: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Activity {
+    /// A worker claimed rows.
+    pub fn mark(&self) {
+        let was_awake = self.is_awake();
+        self.last.store(
+            self.base.elapsed().as_millis() as u64 + 1,
+            Ordering::Release,
+        );
+        if !was_awake {
+            self.changed.notify_one();
+        }
+    }
+
+    /// A worker waits for a wake-up until the guard is dropped: the awake poll runs for it.
+    pub fn waiting(&self) -> Waiting<'_> {
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        self.waiting_began.notify_one();
+        Waiting(self)
+    }
+
+    /// A worker's idle wait of `interval` (`--poll-interval`) ran out with no wake-up: whether
+    /// it should look for rows. One worker of the relay does, per interval; the others, whose
+    /// waits run out at other moments of it, go back to waiting. Each look is a claim (a
+    /// transaction, and a statement parsed and planned), and an idle fleet of 24 relays of 2
+    /// workers spent most of its Postgres CPU on them. A backlog that arrives unannounced
+    /// still draws every worker: the wake-up lock's poll wakes them once one claims rows, and
+    /// without the lock, each idle worker's turn to look comes within an interval.
+    pub fn take_idle_poll(&self, interval: Duration) -> bool {
+        let now = self.base.elapsed().as_millis() as u64 + 1;
+        let last = self.idle_polled.load(Ordering::Acquire);
+        // A tenth of the interval's slack: the poller's own next wait ends a little more than
+        // an interval after its last look began, never less.
+        let recent = (interval.as_millis() as u64).saturating_mul(9) / 10;
+        if last != 0 && now.saturating_sub(last) < recent {
+            return false;
+        }
+        self.idle_polled
+            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Whether a worker waits for a wake-up.
+    pub fn anyone_waiting(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) > 0
+    }
+
+    /// Whether a worker claimed rows within [`AWAKE_WINDOW`].
+    pub fn is_awake(&self) -> bool {
+        match self.last.load(Ordering::Acquire) {
+            0 => false,
+            last => {
+                let since = (self.base.elapsed().as_millis() as u64 + 1).saturating_sub(last);
+                Duration::from_millis(since) < AWAKE_WINDOW
+            }
+        }
+    }
+}
+
+/// A worker waiting for a wake-up, from [`Activity::waiting`].
+#[derive(Debug)]
+pub struct Waiting<'a>(&'a Activity);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
