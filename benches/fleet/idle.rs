@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::consumer::Consumer;
 use super::figures::show;
-use super::latency::{latency_series, latency_stats};
+use super::latency::{latency_series, latency_stats, IDLE_P99_TARGET_MS};
 use super::logs::Logs;
 use super::relays::Fleet;
 use super::snapshot::Snapshot;
@@ -21,7 +21,6 @@ use super::{Args, BoxError, IdleArgs, Shape};
 /// The idle-fleet targets of the issue: Postgres CPU (all of it) while the fleet idles, as a
 /// percentage of one core, and a single row's latency p99.
 pub const IDLE_PG_TARGET_PCT: f64 = 5.0;
-pub const IDLE_P99_TARGET_MS: f64 = 50.0;
 /// Quiet time after the idle fleet is ready and before its CPU is measured: 24 processes that
 /// just started are still opening their pools on a small machine.
 const IDLE_SETTLE: Duration = Duration::from_secs(2);
