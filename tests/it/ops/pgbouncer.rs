@@ -142,11 +142,15 @@ async fn relays_through_pgbouncer_in_session_mode_with_notifications(pool: PgPoo
     assert!(unexpected.is_empty(), "{unexpected:#?}");
 }
 
+/// What an application found on the server connections it was given (the distinct
+/// [`server_connection_state`]s), and how often it looked.
+type Found = (BTreeSet<(String, i64)>, usize);
+
 /// Applications sharing the pooler, each watching the server connections it is given (the
 /// settings and prepared statements it finds on them) until stopped.
 struct Applications {
     stop: tokio_util::sync::CancellationToken,
-    apps: Vec<tokio::task::JoinHandle<(BTreeSet<(String, i64)>, usize)>>,
+    apps: Vec<tokio::task::JoinHandle<Found>>,
 }
 
 impl Applications {
