@@ -527,18 +527,8 @@ async fn conveyor_a_grandchild_of_finished_jobs_is_late() {
         .await
         .unwrap();
     assert_eq!(push(&child).await, Outcome::Late, "its parent has finished");
-    let queued: Vec<Vec<u8>> = redis::cmd("LRANGE")
-        .arg(ns.key("queue:g.Child"))
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    assert_eq!(queued.len(), 1);
-    let popped =
-        <jobrelay::proto::wire::Job as prost::Message>::decode(queued[0].as_slice()).unwrap();
     assert_eq!(
-        (popped.uuid, popped.parent_uuid),
+        the_one_queued(&ns, "queue:g.Child").await,
         (child.uuid.to_string(), String::new())
     );
 
@@ -549,6 +539,24 @@ async fn conveyor_a_grandchild_of_finished_jobs_is_late() {
     push(&parent).await;
     let child = job("h.Child").parent(parent.uuid).build().unwrap();
     assert_eq!(push(&child).await, Outcome::Children);
+}
+
+/// The uuid and parent of the one job (conveyor's wire format) on the list `key`.
+async fn the_one_queued(ns: &Namespace, key: &str) -> (String, String) {
+    let queued: Vec<Vec<u8>> = ns.lrange(key).await;
+    assert_eq!(queued.len(), 1, "{key}");
+    let job = <jobrelay::proto::wire::Job as prost::Message>::decode(queued[0].as_slice()).unwrap();
+    (job.uuid, job.parent_uuid)
+}
+
+/// How many running parents the conveyor layout's repair watches.
+async fn watched(ns: &Namespace) -> usize {
+    let mut con = ns.con().await;
+    redis::cmd("ZCARD")
+        .arg(ns.key("jobrelay:watch"))
+        .query_async(&mut con)
+        .await
+        .unwrap()
 }
 
 /// Conveyor layout, the housekeeping script alone: a child pushed into the children list of a
@@ -586,12 +594,7 @@ async fn conveyor_repair_frees_a_child_stranded_by_a_racing_close() {
     );
     let children = ns.key(&format!("job:{}:children", parent.uuid));
     assert_eq!(ns.llen(&format!("job:{}:children", parent.uuid)).await, 1);
-    let watched: usize = redis::cmd("ZCARD")
-        .arg(ns.key("jobrelay:watch"))
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    assert_eq!(watched, 1, "the running parent is watched");
+    assert_eq!(watched(&ns).await, 1, "the running parent is watched");
 
     // Still running: nothing is set free, the parent stays watched.
     let freed = enqueuer
@@ -618,26 +621,12 @@ async fn conveyor_repair_frees_a_child_stranded_by_a_racing_close() {
         .await
         .unwrap();
     assert!(!exists, "the children list is empty");
-    let queued: Vec<Vec<u8>> = redis::cmd("LRANGE")
-        .arg(ns.key("queue:r.Child"))
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    assert_eq!(queued.len(), 1);
-    let alone =
-        <jobrelay::proto::wire::Job as prost::Message>::decode(queued[0].as_slice()).unwrap();
     assert_eq!(
-        (alone.uuid, alone.parent_uuid),
-        (child.uuid.to_string(), String::new())
+        the_one_queued(&ns, "queue:r.Child").await,
+        (child.uuid.to_string(), String::new()),
+        "set free as a job of its own"
     );
-    let watched: usize = redis::cmd("ZCARD")
-        .arg(ns.key("jobrelay:watch"))
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    assert_eq!(watched, 0, "no longer watched");
+    assert_eq!(watched(&ns).await, 0, "no longer watched");
     // The marker now says it went to its queue: a replay is a duplicate, a second repair
     // frees nothing.
     let marker: Vec<u8> = redis::cmd("GET")

@@ -227,43 +227,9 @@ impl BullmqWorker {
     /// (`JOBRELAY_TEST_PORT`, `JOBRELAY_TEST_PREFIX`); returns its standard output. Bounded by
     /// 30 s.
     pub fn node(&self, script: &str) -> String {
-        node_in(self.dir.path(), &self.env, script)
+        let node = std::path::Path::new("node");
+        super::scripts::run(node, self.dir.path(), &self.env, "script.js", script)
     }
-}
-
-/// Runs `script` with node in `dir` with `env`.
-fn node_in(dir: &std::path::Path, env: &[(&'static str, String)], script: &str) -> String {
-    let path = dir.join("script.js");
-    std::fs::write(&path, script).unwrap();
-    let out = dir.join("script.out");
-    let err = dir.join("script.err");
-    let mut child = Command::new("node")
-        .arg(&path)
-        .current_dir(dir)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
-        .stderr(Stdio::from(std::fs::File::create(&err).unwrap()))
-        .spawn()
-        .expect("node starts");
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("node script still running after 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(
-        status.success(),
-        "node script failed: {status}\n{}",
-        std::fs::read_to_string(&err).unwrap_or_default()
-    );
-    std::fs::read_to_string(&out).unwrap()
 }
 
 impl Drop for BullmqWorker {

@@ -226,48 +226,7 @@ fn run_python(
     script: &str,
 ) -> String {
     let python = celery.parent().unwrap().join("python");
-    let path = dir.join("script.py");
-    std::fs::write(&path, script).unwrap();
-    let mut child = Command::new(python)
-        .arg(&path)
-        .current_dir(dir)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("celery's python starts");
-    // Read while it runs: output beyond a pipe's buffer would stall it.
-    let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    };
-    let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
-    let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("python script still running after 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
-    assert!(
-        status.success(),
-        "python script failed: {status}\n{}",
-        String::from_utf8_lossy(&stderr)
-    );
-    String::from_utf8(stdout).unwrap()
+    super::scripts::run(&python, dir, env, "script.py", script)
 }
 
 impl Drop for CeleryWorker {

@@ -128,3 +128,28 @@ macro_rules! per_layout {
     };
 }
 pub(crate) use per_layout;
+
+/// A layout whose runner has no Redis Cluster support (`celery`, `rq`) refuses a Cluster URL at
+/// start: one line naming --layout, Cluster and the layout, exit 2, before anything connects.
+pub async fn assert_a_cluster_url_is_refused(layout: LayoutKind) {
+    let nowhere = format!("redis+cluster://127.0.0.1:{}", super::free_port());
+    let (code, out, err) = super::run_relay(
+        &["check"],
+        &[
+            ("DATABASE_URL", "postgres://nobody@127.0.0.1:1/x"),
+            ("REDIS_URL", &nowhere),
+            ("JOBRELAY_NAMESPACE", "{jobs}:"),
+            ("JOBRELAY_LAYOUT", layout.as_str()),
+        ],
+    )
+    .await;
+    assert_eq!(code, 2, "{out}{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    assert!(
+        lines[0].contains("--layout")
+            && lines[0].contains("Cluster")
+            && lines[0].contains(layout.as_str()),
+        "{err}"
+    );
+}

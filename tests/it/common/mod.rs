@@ -11,14 +11,17 @@ pub mod child;
 pub mod cluster;
 pub mod consumer;
 pub mod conveyor;
+pub mod exactly_once;
 pub mod http;
 pub mod http_relay;
 pub mod layouts;
 pub mod pg_server;
 pub mod pgbouncer;
 pub mod proxy;
+pub mod random_json;
 pub mod redis_server;
 pub mod rq;
+pub mod scripts;
 pub mod sentinel;
 pub mod sidekiq;
 
@@ -129,29 +132,51 @@ impl Namespace {
 
     /// The jobs in a list key, decoded, oldest push first (the order BRPOP pops them).
     pub async fn list_jobs(&self, key: &str) -> Vec<v1::Job> {
-        let mut con = self.con().await;
-        let raw: Vec<Vec<u8>> = redis::cmd("LRANGE")
-            .arg(self.key(key))
-            .arg(0)
-            .arg(-1)
-            .query_async(&mut con)
-            .await
-            .unwrap();
+        let raw: Vec<Vec<u8>> = self.lrange(key).await;
         raw.iter().rev().map(|b| decode(b)).collect()
     }
 
     /// Members and scores of the `scheduled` sorted set, decoded.
     pub async fn scheduled(&self) -> Vec<(v1::Job, f64)> {
+        let raw: Vec<(Vec<u8>, f64)> = self.zrange("scheduled").await;
+        raw.iter().map(|(b, s)| (decode(b), *s)).collect()
+    }
+
+    /// The items of the list `key`, from the left.
+    pub async fn lrange<T: redis::FromRedisValue>(&self, key: &str) -> Vec<T> {
         let mut con = self.con().await;
-        let raw: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
-            .arg(self.key("scheduled"))
+        redis::cmd("LRANGE")
+            .arg(self.key(key))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut con)
+            .await
+            .unwrap()
+    }
+
+    /// The members of the sorted set `key` with their scores, lowest first.
+    pub async fn zrange<T: redis::FromRedisValue>(&self, key: &str) -> Vec<(T, f64)> {
+        let mut con = self.con().await;
+        redis::cmd("ZRANGE")
+            .arg(self.key(key))
             .arg(0)
             .arg(-1)
             .arg("WITHSCORES")
             .query_async(&mut con)
             .await
-            .unwrap();
-        raw.iter().map(|(b, s)| (decode(b), *s)).collect()
+            .unwrap()
+    }
+
+    /// The string at `key` and its time to live in milliseconds (e.g. a dedup marker's).
+    pub async fn get_and_pttl(&self, key: &str) -> (String, i64) {
+        let mut con = self.con().await;
+        let key = self.key(key);
+        redis::pipe()
+            .get(&key)
+            .pttl(&key)
+            .query_async(&mut con)
+            .await
+            .unwrap()
     }
 
     /// Number of dedup markers `jobs:<uuid>` in this namespace.

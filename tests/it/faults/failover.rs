@@ -434,6 +434,49 @@ async fn sentinels_and_servers_behind_passwords(pool: PgPool) {
     println!("wrong sentinel password: {out}");
 }
 
+/// `jobrelay check` of the Sentinels at `url` with `ns`'s prefix, trusting the CA file `ca` if
+/// given.
+async fn check_over_tls(
+    db: &str,
+    url: &str,
+    ns: &Namespace,
+    ca: Option<&str>,
+) -> (i32, String, String) {
+    let mut env = vec![
+        ("DATABASE_URL", db),
+        ("REDIS_URL", url),
+        ("JOBRELAY_NAMESPACE", ns.prefix.as_str()),
+    ];
+    if let Some(ca) = ca {
+        env.push(("JOBRELAY_REDIS_CA_FILE", ca));
+    }
+    run_relay(&["check", "--push-timeout", "2s"], &env).await
+}
+
+/// Without the CA file the bundled roots do not know the test CA: the TLS handshake with each
+/// Sentinel of `url` fails, `check` says so naming the certificate. (The group has no
+/// passwords; the URL carries two only to show that the error prints neither.)
+async fn check_without_the_ca_names_the_certificate(db: &str, url: &str, ns: &Namespace) {
+    let (pw, spw) = ("srv-1d5e7a", "snt-6c03b9");
+    let hosts = url.strip_prefix("rediss+sentinel://").unwrap();
+    let with_secrets = format!("rediss+sentinel://:{pw}@{hosts}?sentinel_password={spw}");
+    let (code, out, err) = check_over_tls(db, &with_secrets, ns, None).await;
+    assert_eq!(code, 1, "{out}{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("redis: "))
+        .unwrap_or_default();
+    assert!(
+        !line.contains(": ok") && line.to_lowercase().contains("certificate"),
+        "{out}"
+    );
+    for text in [&out, &err] {
+        assert!(!text.contains(pw) && !text.contains(spw), "{text}");
+        assert!(!text.contains("panicked"), "{text}");
+    }
+    println!("without the CA file: {line}");
+}
+
 /// Sentinels and servers that speak only TLS (no plain port; the replica and the Sentinels
 /// reach the servers, and the Sentinels each other, over TLS), the relay on
 /// `rediss+sentinel://` with the test CA as `--redis-ca-file` (docs/redis.md#sentinel):
@@ -451,45 +494,10 @@ async fn sentinels_over_tls_are_followed(pool: PgPool) {
     let old = group.named_primary().await.expect("a primary is named");
     let ns = Namespace::on_server(&group.servers[group.index_of(old)]);
     let db = database_url_of(&pool).await;
-    let check = |url: String, ca: Option<&str>| {
-        let (db, prefix, ca) = (db.clone(), ns.prefix.clone(), ca.map(str::to_owned));
-        async move {
-            let mut env = vec![
-                ("DATABASE_URL", db.as_str()),
-                ("REDIS_URL", url.as_str()),
-                ("JOBRELAY_NAMESPACE", prefix.as_str()),
-            ];
-            if let Some(ca) = &ca {
-                env.push(("JOBRELAY_REDIS_CA_FILE", ca.as_str()));
-            }
-            run_relay(&["check", "--push-timeout", "2s"], &env).await
-        }
-    };
-    let (code, out, err) = check(url.clone(), Some(&ca)).await;
+    let (code, out, err) = check_over_tls(&db, &url, &ns, Some(&ca)).await;
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("redis: ok"), "{out}");
-
-    // Without the CA file the bundled roots do not know the test CA: the TLS handshake with
-    // each Sentinel fails. (This group has no passwords; the URL carries two only to show
-    // that the error prints neither.)
-    let (pw, spw) = ("srv-1d5e7a", "snt-6c03b9");
-    let hosts = url.strip_prefix("rediss+sentinel://").unwrap();
-    let with_secrets = format!("rediss+sentinel://:{pw}@{hosts}?sentinel_password={spw}");
-    let (code, out, err) = check(with_secrets, None).await;
-    assert_eq!(code, 1, "{out}{err}");
-    let line = out
-        .lines()
-        .find(|l| l.starts_with("redis: "))
-        .unwrap_or_default();
-    assert!(
-        !line.contains(": ok") && line.to_lowercase().contains("certificate"),
-        "{out}"
-    );
-    for text in [&out, &err] {
-        assert!(!text.contains(pw) && !text.contains(spw), "{text}");
-        assert!(!text.contains("panicked"), "{text}");
-    }
-    println!("without the CA file: {line}");
+    check_without_the_ca_names_the_certificate(&db, &url, &ns).await;
 
     let mut logs = Logs::new();
     let mut relay = logs.start(&db, &url, &ns, &["--redis-ca-file", &ca]);

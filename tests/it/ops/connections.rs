@@ -183,14 +183,13 @@ async fn too_many_connections_scenario(pool: &PgPool, role: &str) {
     );
 }
 
-#[sqlx::test]
-async fn a_primary_gone_silent_is_noticed_and_survived(pool: PgPool) {
-    let proxy = Proxy::start("127.0.0.1:5432".parse().unwrap());
-    let mut url = url::Url::parse(&database_url_of(&pool).await).unwrap();
+/// A daemon (polling every 30 s) whose Postgres is reached through `proxy`, ready and with a
+/// first row relayed.
+async fn relay_behind(proxy: &Proxy, pool: &PgPool, ns: &Namespace) -> Daemon {
+    let mut url = url::Url::parse(&database_url_of(pool).await).unwrap();
     url.set_port(Some(proxy.port)).unwrap();
     let url = url.to_string();
-    let ns = Namespace::new();
-    let mut d = Daemon::start(
+    let d = Daemon::start(
         &["--poll-interval", "30s", "--shutdown-timeout", "10s"],
         &[
             ("DATABASE_URL", &url),
@@ -199,28 +198,61 @@ async fn a_primary_gone_silent_is_noticed_and_survived(pool: PgPool) {
         ],
     );
     d.wait_ready(Duration::from_secs(15)).await;
-    insert_rows(&pool, 1, "warmup").await;
+    insert_rows(pool, 1, "warmup").await;
     wait_until(
         "the warm-up row is relayed",
         Duration::from_secs(5),
         || async { ns.llen("queue:warmup").await == 1 },
     )
     .await;
+    d
+}
+
+/// A producer committing 20 rows of the queue `steady` every 20 ms, straight to the server.
+struct SteadyProducer {
+    inserted: Arc<AtomicI64>,
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SteadyProducer {
+    fn start(pool: &PgPool) -> SteadyProducer {
+        let inserted = Arc::new(AtomicI64::new(0));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = {
+            let (pool, inserted, stop) = (pool.clone(), inserted.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.is_cancelled() {
+                    insert_rows(&pool, 20, "steady").await;
+                    inserted.fetch_add(20, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+        };
+        SteadyProducer {
+            inserted,
+            stop,
+            task,
+        }
+    }
+
+    /// Stops it; the rows it inserted.
+    async fn stop(self) -> usize {
+        self.stop.cancel();
+        self.task.await.unwrap();
+        self.inserted.load(Ordering::SeqCst) as usize
+    }
+}
+
+#[sqlx::test]
+async fn a_primary_gone_silent_is_noticed_and_survived(pool: PgPool) {
+    let proxy = Proxy::start("127.0.0.1:5432".parse().unwrap());
+    let ns = Namespace::new();
+    let mut d = relay_behind(&proxy, &pool, &ns).await;
 
     // Producers keep committing (straight to the server) while the relay's server goes
     // silent: the relay is busy, its workers, wake-up lock and listener all hold connections.
-    let inserted = Arc::new(AtomicI64::new(0));
-    let stop = tokio_util::sync::CancellationToken::new();
-    let producer = {
-        let (pool, inserted, stop) = (pool.clone(), inserted.clone(), stop.clone());
-        tokio::spawn(async move {
-            while !stop.is_cancelled() {
-                insert_rows(&pool, 20, "steady").await;
-                inserted.fetch_add(20, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-    };
+    let producer = SteadyProducer::start(&pool);
     tokio::time::sleep(Duration::from_millis(500)).await;
     proxy.blackhole();
     let port = d.port;
@@ -243,9 +275,7 @@ async fn a_primary_gone_silent_is_noticed_and_survived(pool: PgPool) {
         || async { status_of(port, "/readyz").await == 200 },
     )
     .await;
-    stop.cancel();
-    producer.await.unwrap();
-    let total = inserted.load(Ordering::SeqCst) as usize;
+    let total = producer.stop().await;
     // Rows the frozen transactions had locked come back when the server ends those
     // transactions (idle_in_transaction_session_timeout, push timeout + 15 s).
     wait_until(

@@ -5,6 +5,8 @@
 //! statement and no setting behind on the server connections that applications share, its
 //! wake-up lock dies with it, and `--listen-url` gives it notifications.
 
+use std::collections::BTreeSet;
+
 use super::*;
 use crate::common::pgbouncer::{PgBouncer, PoolMode};
 use sqlx::postgres::PgConnectOptions;
@@ -140,48 +142,64 @@ async fn relays_through_pgbouncer_in_session_mode_with_notifications(pool: PgPoo
     assert!(unexpected.is_empty(), "{unexpected:#?}");
 }
 
-#[sqlx::test]
-async fn relays_through_pgbouncer_in_transaction_mode_and_leaves_nothing_behind(pool: PgPool) {
-    // Few server connections for many clients: the relay's and the application's transactions
-    // take turns on the same ones.
-    let bouncer = PgBouncer::start(PoolMode::Transaction, 3);
-    let db = db_name(&pool).await;
-    let ns = Namespace::new();
-    let mut d = Daemon::start(
-        &["--poll-interval", "200ms"],
-        &[
-            ("DATABASE_URL", &bouncer.url(&db)),
-            ("REDIS_URL", &ns.url),
-            ("JOBRELAY_NAMESPACE", &ns.prefix),
-        ],
-    );
-    d.wait_ready(Duration::from_secs(15)).await;
+/// What an application found on the server connections it was given (the distinct
+/// [`server_connection_state`]s), and how often it looked.
+type Found = (BTreeSet<(String, i64)>, usize);
 
-    // An application sharing the pooler, watching the server connections it is given.
-    let stop = tokio_util::sync::CancellationToken::new();
-    let mut apps = Vec::new();
-    for _ in 0..3 {
-        let mut con = app_connection(&bouncer, &db).await;
-        let stop = stop.clone();
-        apps.push(tokio::spawn(async move {
-            let mut seen = std::collections::BTreeSet::new();
-            let mut samples = 0;
-            while !stop.is_cancelled() {
-                seen.insert(server_connection_state(&mut con).await);
-                samples += 1;
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            (seen, samples)
-        }));
+/// Applications sharing the pooler, each watching the server connections it is given (the
+/// settings and prepared statements it finds on them) until stopped.
+struct Applications {
+    stop: tokio_util::sync::CancellationToken,
+    apps: Vec<tokio::task::JoinHandle<Found>>,
+}
+
+impl Applications {
+    async fn start(n: usize, bouncer: &PgBouncer, db: &str) -> Applications {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let mut apps = Vec::new();
+        for _ in 0..n {
+            let mut con = app_connection(bouncer, db).await;
+            let stop = stop.clone();
+            apps.push(tokio::spawn(async move {
+                let mut seen = BTreeSet::new();
+                let mut samples = 0;
+                while !stop.is_cancelled() {
+                    seen.insert(server_connection_state(&mut con).await);
+                    samples += 1;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                (seen, samples)
+            }));
+        }
+        Applications { stop, apps }
     }
 
+    /// Stops them: each ran, and found only the server's defaults.
+    async fn assert_found_only_defaults(self) {
+        self.stop.cancel();
+        for app in self.apps {
+            let (seen, samples) = app.await.unwrap();
+            assert!(samples > 10, "the application ran ({samples} samples)");
+            assert_eq!(
+                seen.into_iter().collect::<Vec<_>>(),
+                vec![("0 0 0 on".to_owned(), 0)],
+                "the application's transactions found only the server's defaults and no \
+                 prepared statement (statement_timeout, idle_in_transaction_session_timeout, \
+                 lock_timeout, synchronous_commit; pg_prepared_statements)"
+            );
+        }
+    }
+}
+
+/// Three bursts of 2,000 rows, each relayed with `/readyz` at 200; whether the relay was seen
+/// holding its wake-up lock meanwhile.
+async fn bursts_seeing_the_lock(pool: &PgPool, d: &Daemon, ns: &Namespace) -> bool {
     let mut lock_seen = false;
     for burst in 1..=3 {
-        insert_rows(&pool, 2000, "burst").await;
-        let key = "queue:burst";
+        insert_rows(pool, 2000, "burst").await;
         let start = Instant::now();
-        while ns.llen(key).await < burst * 2000 {
-            lock_seen |= wakeup_lock_held(&pool).await;
+        while ns.llen("queue:burst").await < burst * 2000 {
+            lock_seen |= wakeup_lock_held(pool).await;
             let (status, body) = d.get("/readyz").await;
             assert_eq!(status, 200, "/readyz while relaying: {body}");
             assert!(
@@ -192,52 +210,31 @@ async fn relays_through_pgbouncer_in_transaction_mode_and_leaves_nothing_behind(
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    // Released (committed) once the relay is idle: its server connection goes back to
-    // PgBouncer, and to the application's next transaction.
-    let idle = || async {
-        wait_until(
-            "the wake-up lock is released",
-            Duration::from_secs(10),
-            || async { !wakeup_lock_held(&pool).await },
-        )
-        .await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
-    idle().await;
-    for i in 1..=3 {
-        insert_rows(&pool, 1, "single").await;
-        relayed_while_ready(&d, &ns, "single", i, Duration::from_secs(5)).await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    idle().await;
-    stop.cancel();
-    for app in apps {
-        let (seen, samples) = app.await.unwrap();
-        assert!(samples > 10, "the application ran ({samples} samples)");
-        assert_eq!(
-            seen.into_iter().collect::<Vec<_>>(),
-            vec![("0 0 0 on".to_owned(), 0)],
-            "the application's transactions found only the server's defaults and no prepared \
-             statement (statement_timeout, idle_in_transaction_session_timeout, lock_timeout, \
-             synchronous_commit; pg_prepared_statements)"
-        );
-    }
-    assert!(
-        lock_seen,
-        "the relay took its wake-up lock during the bursts"
-    );
+    lock_seen
+}
 
-    // Killed while it holds the wake-up lock: the lock goes with it.
-    // (Its last release may still be waiting, up to 10 s, for older transactions of the
-    // shared server to end before the relay takes the lock again.)
-    // Rows keep landing until the relay is seen holding the lock: a drain can end before the
-    // lock is taken again, while the release still waits for older transactions.
+/// Waits until the wake-up lock is released (committed) once the relay is idle: its server
+/// connection goes back to PgBouncer, and to the application's next transaction.
+async fn idle(pool: &PgPool) {
+    wait_until(
+        "the wake-up lock is released",
+        Duration::from_secs(10),
+        || async { !wakeup_lock_held(pool).await },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+}
+
+/// Kills the relay while it holds the wake-up lock: the lock goes with it. Rows keep landing
+/// until the relay is seen holding the lock: a drain can end before the lock is taken again,
+/// while its last release still waits (up to 10 s) for older transactions of the shared server
+/// to end.
+async fn killed_holding_the_lock(pool: &PgPool, d: &mut Daemon) {
     let started = std::time::Instant::now();
     loop {
-        insert_rows(&pool, 20_000, "last").await;
-        let p = &pool;
+        insert_rows(pool, 20_000, "last").await;
         let held = tokio::time::timeout(Duration::from_secs(5), async move {
-            while !wakeup_lock_held(p).await {
+            while !wakeup_lock_held(pool).await {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         })
@@ -256,24 +253,55 @@ async fn relays_through_pgbouncer_in_transaction_mode_and_leaves_nothing_behind(
     wait_until(
         "the wake-up lock is released with the killed relay",
         Duration::from_secs(5),
-        || async { !wakeup_lock_held(&pool).await },
+        || async { !wakeup_lock_held(pool).await },
     )
     .await;
+}
 
-    let unexpected = unexpected_warnings(
-        &d,
-        &["no notification listener: its connection is not a session of its own"],
+#[sqlx::test]
+async fn relays_through_pgbouncer_in_transaction_mode_and_leaves_nothing_behind(pool: PgPool) {
+    // Few server connections for many clients: the relay's and the application's transactions
+    // take turns on the same ones.
+    let bouncer = PgBouncer::start(PoolMode::Transaction, 3);
+    let db = db_name(&pool).await;
+    let ns = Namespace::new();
+    let mut d = Daemon::start(
+        &["--poll-interval", "200ms"],
+        &[
+            ("DATABASE_URL", &bouncer.url(&db)),
+            ("REDIS_URL", &ns.url),
+            ("JOBRELAY_NAMESPACE", &ns.prefix),
+        ],
     );
+    d.wait_ready(Duration::from_secs(15)).await;
+
+    // An application sharing the pooler, watching the server connections it is given.
+    let apps = Applications::start(3, &bouncer, &db).await;
+    let lock_seen = bursts_seeing_the_lock(&pool, &d, &ns).await;
+    idle(&pool).await;
+    for i in 1..=3 {
+        insert_rows(&pool, 1, "single").await;
+        relayed_while_ready(&d, &ns, "single", i, Duration::from_secs(5)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    idle(&pool).await;
+    apps.assert_found_only_defaults().await;
+    assert!(
+        lock_seen,
+        "the relay took its wake-up lock during the bursts"
+    );
+
+    killed_holding_the_lock(&pool, &mut d).await;
+    let no_listener = "no notification listener: its connection is not a session of its own";
+    let unexpected = unexpected_warnings(&d, &[no_listener]);
     assert!(unexpected.is_empty(), "{unexpected:#?}");
     let said = d
         .events()
         .into_iter()
         .filter(|e| {
-            e["message"].as_str().is_some_and(|m| {
-                m.starts_with(
-                    "no notification listener: its connection is not a session of its own",
-                )
-            })
+            e["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(no_listener))
         })
         .count();
     assert_eq!(

@@ -111,31 +111,22 @@ fn with_message<'a>(events: &'a [serde_json::Value], message: &str) -> Vec<&'a s
     events.iter().filter(|e| e["message"] == message).collect()
 }
 
-/// The outbox's tablespace is full and Redis refuses one job of the batch (a WRONGTYPE key):
-/// the hand-back of that row cannot be written. The rows whose jobs Redis acknowledged are
-/// deleted all the same, so that once their dedup markers expired (no marker to absorb a
-/// second push) every job is in Redis exactly once while the relay keeps retrying the
-/// refused one, which
-/// stays pending as it was. The disk is named (`disk full`) once, in the logs and `/readyz`,
-/// and stays one episode although the probe's reads succeed all along; it ends when the row
-/// can be handed back.
-#[tokio::test]
-async fn a_full_tablespace_never_rolls_back_an_acknowledged_push() {
-    const GOOD: usize = 999;
-    let disk = FullDisk::start();
+/// On `disk`: the migrated outbox with a job Redis will refuse first (queue `poison`), then
+/// `good` jobs (queue `default`), all in one batch, moved onto the small tablespace, which is
+/// then filled. 1,000-byte payloads and a fillfactor of 10: a row put back needs a new page,
+/// whatever room the others leave. Returns a pool and the uuids of the good jobs.
+async fn outbox_on_the_full_disk(disk: &FullDisk, good: usize) -> (PgPool, HashSet<String>) {
     let url = disk.url();
     let (code, out, err) = run_relay(&["migrate"], &[("DATABASE_URL", &url)]).await;
     assert_eq!(code, 0, "migrate\n{out}\n{err}");
     let pool = PgPool::connect(&url).await.unwrap();
-    // The refused job first, then 999 good ones: one batch. 1,000-byte payloads and a
-    // fillfactor of 10: a row put back needs a new page, whatever room the others leave.
     sqlx::query(
         "INSERT INTO pending_jobs (queue, job_type, payload)
          SELECT CASE WHEN i = 0 THEN 'poison' ELSE 'default' END, 'Bulk',
                 convert_to(rpad(i::text, 1000, 'x'), 'UTF8')
          FROM generate_series(0, $1) AS i",
     )
-    .bind(GOOD as i64)
+    .bind(good as i64)
     .execute(&pool)
     .await
     .unwrap();
@@ -151,6 +142,85 @@ async fn a_full_tablespace_never_rolls_back_an_acknowledged_push() {
          ALTER TABLE pending_jobs SET (fillfactor = 10)",
     );
     disk.fill();
+    (pool, good)
+}
+
+/// A report held open on another connection to `url` (a REPEATABLE READ transaction that has
+/// taken its snapshot): the rows the relay deletes cannot be pruned (which would make room in
+/// the outbox's own pages), so the disk stays full for it.
+async fn report_held_open(url: &str) -> sqlx::PgConnection {
+    let mut report = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut report)
+        .await
+        .unwrap();
+    sqlx::query("SELECT 1").execute(&mut report).await.unwrap();
+    report
+}
+
+/// Deletes the dedup markers of `ns` (as if they expired, after --dedup-ttl): a job pushed again
+/// now would be a second job, not a duplicate. There must be `n`, one per acknowledged job.
+async fn expire_the_markers(ns: &Namespace, n: usize) {
+    let mut con = ns.con().await;
+    let markers: Vec<String> = ns
+        .keys()
+        .await
+        .into_iter()
+        .filter(|k| k.starts_with("jobs:") && k.matches(':').count() == 1)
+        .map(|k| ns.key(&k))
+        .collect();
+    assert_eq!(markers.len(), n, "one marker per acknowledged job");
+    for chunk in markers.chunks(500) {
+        let _: () = redis::cmd("DEL")
+            .arg(chunk)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+    }
+}
+
+/// `/readyz` (503) and `jobrelay check` (exit 1) name the full disk.
+async fn assert_the_disk_full_is_named(d: &Daemon, env: &[(&str, &str)]) {
+    let (status, body) = d.get("/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("postgres: disk full (") && body.contains("No space left on device"),
+        "{body}"
+    );
+    let (code, out, err) = run_relay(&["check"], env).await;
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(
+        out.contains("postgres: disk full: ") && out.contains("could not extend file"),
+        "{out}"
+    );
+}
+
+/// The disk full is one episode in the log, that ended, and the batches never failed.
+fn assert_one_disk_full_episode(events: &[serde_json::Value]) {
+    let down = with_message(events, "postgres unavailable; retrying with backoff");
+    assert_eq!(down.len(), 1, "one episode: {down:?}");
+    assert_eq!(down[0]["reason"], "disk full", "{}", down[0]);
+    let error = down[0]["error"].as_str().unwrap();
+    assert!(error.contains("could not extend file"), "{error}");
+    let up = with_message(events, "postgres recovered");
+    assert_eq!(up.len(), 1, "{up:?}");
+    assert_eq!(up[0]["reason"], "disk full");
+    assert!(with_message(events, "relay batches failing; retrying with backoff").is_empty());
+}
+
+/// The outbox's tablespace is full and Redis refuses one job of the batch (a WRONGTYPE key):
+/// the hand-back of that row cannot be written. The rows whose jobs Redis acknowledged are
+/// deleted all the same, so that once their dedup markers expired (no marker to absorb a
+/// second push) every job is in Redis exactly once while the relay keeps retrying the
+/// refused one, which stays pending as it was. The disk is named (`disk full`) once, in the
+/// logs and `/readyz`, and stays one episode although the probe's reads succeed all along; it
+/// ends when the row can be handed back.
+#[tokio::test]
+async fn a_full_tablespace_never_rolls_back_an_acknowledged_push() {
+    const GOOD: usize = 999;
+    let disk = FullDisk::start();
+    let url = disk.url();
+    let (pool, good) = outbox_on_the_full_disk(&disk, GOOD).await;
     let ns = Namespace::new();
     let mut con = ns.con().await;
     let _: () = redis::cmd("SET")
@@ -159,15 +229,7 @@ async fn a_full_tablespace_never_rolls_back_an_acknowledged_push() {
         .query_async(&mut con)
         .await
         .unwrap();
-
-    // A report held open on another connection: the rows the relay deletes cannot be pruned
-    // (which would make room in the outbox's own pages), so the disk stays full for it.
-    let mut report = sqlx::PgConnection::connect(&url).await.unwrap();
-    sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        .execute(&mut report)
-        .await
-        .unwrap();
-    sqlx::query("SELECT 1").execute(&mut report).await.unwrap();
+    let mut report = report_held_open(&url).await;
 
     let d = Daemon::start(
         &[],
@@ -185,23 +247,7 @@ async fn a_full_tablespace_never_rolls_back_an_acknowledged_push() {
         || async { refusals() >= 2 },
     )
     .await;
-    // The markers expire (as after --dedup-ttl): a job pushed again now would be a second
-    // job, not a duplicate.
-    let markers: Vec<String> = ns
-        .keys()
-        .await
-        .into_iter()
-        .filter(|k| k.starts_with("jobs:") && k.matches(':').count() == 1)
-        .map(|k| ns.key(&k))
-        .collect();
-    assert_eq!(markers.len(), GOOD, "one marker per acknowledged job");
-    for chunk in markers.chunks(500) {
-        let _: () = redis::cmd("DEL")
-            .arg(chunk)
-            .query_async(&mut con)
-            .await
-            .unwrap();
-    }
+    expire_the_markers(&ns, GOOD).await;
     let before = refusals();
     wait_until(
         "the refused job tried 3 more times after the markers expired",
@@ -209,23 +255,12 @@ async fn a_full_tablespace_never_rolls_back_an_acknowledged_push() {
         || async { refusals() >= before + 3 },
     )
     .await;
-    let (status, body) = d.get("/readyz").await;
-    assert_eq!(status, 503, "{body}");
-    assert!(
-        body.contains("postgres: disk full (") && body.contains("No space left on device"),
-        "{body}"
-    );
     let env = [
         ("DATABASE_URL", url.as_str()),
         ("REDIS_URL", ns.url.as_str()),
         ("JOBRELAY_NAMESPACE", ns.prefix.as_str()),
     ];
-    let (code, out, err) = run_relay(&["check"], &env).await;
-    assert_eq!(code, 1, "{out}\n{err}");
-    assert!(
-        out.contains("postgres: disk full: ") && out.contains("could not extend file"),
-        "{out}"
-    );
+    assert_the_disk_full_is_named(&d, &env).await;
     // Every acknowledged job once, and only the refused row left, untouched.
     let got = queue_uuids(&ns, "queue:default").await;
     let distinct: HashSet<String> = got.iter().cloned().collect();
@@ -241,11 +276,8 @@ async fn a_full_tablespace_never_rolls_back_an_acknowledged_push() {
         .fetch_all(&pool)
         .await
         .unwrap();
-    assert_eq!(
-        left,
-        [("poison".to_owned(), 0)],
-        "the refused row is pending, as it was"
-    );
+    let refused = [("poison".to_owned(), 0)];
+    assert_eq!(left, refused, "the refused row is pending, as it was");
 
     sqlx::query("COMMIT").execute(&mut report).await.unwrap();
     disk.free();
@@ -277,17 +309,7 @@ async fn a_full_tablespace_never_rolls_back_an_acknowledged_push() {
     .await;
     assert_eq!(ns.llen("queue:poison").await, 1);
     assert_eq!(queue_uuids(&ns, "queue:default").await.len(), GOOD);
-
-    let events = d.events();
-    let down = with_message(&events, "postgres unavailable; retrying with backoff");
-    assert_eq!(down.len(), 1, "one episode: {down:?}");
-    assert_eq!(down[0]["reason"], "disk full", "{}", down[0]);
-    let error = down[0]["error"].as_str().unwrap();
-    assert!(error.contains("could not extend file"), "{error}");
-    let up = with_message(&events, "postgres recovered");
-    assert_eq!(up.len(), 1, "{up:?}");
-    assert_eq!(up[0]["reason"], "disk full");
-    assert!(with_message(&events, "relay batches failing; retrying with backoff").is_empty());
+    assert_one_disk_full_episode(&d.events());
     pool.close().await;
 }
 

@@ -13,21 +13,29 @@ fn config_set(redis: &RedisServer, name: &str, value: &str) {
         .unwrap();
 }
 
-/// An `allkeys-lru` or `volatile-lru` Redis would evict queued jobs and markers: `check` fails
-/// with one line naming the policy and the fix, the daemon is not ready and pushes nothing
-/// (rows stay, attempts untouched, logged once) until the policy is `noeviction`; the opt-out
-/// relays anyway.
-#[sqlx::test]
-async fn an_evicting_redis_is_refused_unless_allowed(pool: PgPool) {
-    let db = database_url_of(&pool).await;
-    let redis =
-        RedisServer::start_with(&["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"]);
-    let ns = Namespace::on(&redis.url());
-    let env = [
-        ("DATABASE_URL", db.as_str()),
-        ("REDIS_URL", &redis.url()),
+/// A private Redis of 64 MB with the `maxmemory-policy` `policy`.
+fn redis_with_policy(policy: &str) -> RedisServer {
+    RedisServer::start_with(&["--maxmemory", "64mb", "--maxmemory-policy", policy])
+}
+
+/// The relay's environment: the test's database, `redis` and `ns`'s prefix.
+fn env_of<'a>(db: &'a str, redis: &'a str, ns: &'a Namespace) -> [(&'static str, &'a str); 3] {
+    [
+        ("DATABASE_URL", db),
+        ("REDIS_URL", redis),
         ("JOBRELAY_NAMESPACE", &ns.prefix),
-    ];
+    ]
+}
+
+/// An `allkeys-lru` Redis would evict queued jobs and markers: `check` fails with one line
+/// naming the policy and the fix; with `--redis-allow-eviction` it is ok and says so.
+#[sqlx::test]
+async fn check_names_an_evicting_policy_and_the_opt_out(pool: PgPool) {
+    let db = database_url_of(&pool).await;
+    let redis = redis_with_policy("allkeys-lru");
+    let ns = Namespace::on(&redis.url());
+    let url = redis.url();
+    let env = env_of(&db, &url, &ns);
     let (code, out, err) = run_relay(&["check"], &env).await;
     assert_eq!(code, 1, "{out}{err}");
     let line = out.lines().find(|l| l.starts_with("redis: ")).unwrap();
@@ -45,9 +53,18 @@ async fn an_evicting_redis_is_refused_unless_allowed(pool: PgPool) {
         ),
         "{out}"
     );
+}
 
+/// An `allkeys-lru` or `volatile-lru` Redis: the daemon is not ready and pushes nothing (rows
+/// stay, attempts untouched, logged once) until the policy is `noeviction`.
+#[sqlx::test]
+async fn an_evicting_redis_gets_no_job_until_it_stops_evicting(pool: PgPool) {
+    let db = database_url_of(&pool).await;
+    let redis = redis_with_policy("allkeys-lru");
+    let ns = Namespace::on(&redis.url());
+    let url = redis.url();
     insert_rows(&pool, 30, "evict").await;
-    let mut d = Daemon::start(&["--max-attempts", "2"], &env);
+    let mut d = Daemon::start(&["--max-attempts", "2"], &env_of(&db, &url, &ns));
     let port = d.port;
     wait_until(
         "/readyz names the allkeys-lru policy",
@@ -92,17 +109,26 @@ async fn an_evicting_redis_is_refused_unless_allowed(pool: PgPool) {
         ("redis recovered".to_owned(), "eviction policy".to_owned())
     );
     assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
+}
 
-    // The opt-out, from the environment.
-    config_set(&redis, "maxmemory-policy", "volatile-lru");
+/// The opt-out, from the environment (`JOBRELAY_REDIS_ALLOW_EVICTION`): a `volatile-lru` Redis
+/// gets its jobs, and the probe logs the accepted policy once.
+#[sqlx::test]
+async fn an_evicting_redis_allowed_from_the_environment_gets_its_jobs(pool: PgPool) {
+    let db = database_url_of(&pool).await;
+    let redis = redis_with_policy("volatile-lru");
+    let ns = Namespace::on(&redis.url());
+    let url = redis.url();
+    let [db_env, redis_env, ns_env] = env_of(&db, &url, &ns);
     let allowed = [
-        ("DATABASE_URL", db.as_str()),
-        ("REDIS_URL", &redis.url()),
-        ("JOBRELAY_NAMESPACE", &ns.prefix),
+        db_env,
+        redis_env,
+        ns_env,
         ("JOBRELAY_REDIS_ALLOW_EVICTION", "true"),
     ];
     insert_rows(&pool, 10, "allowed").await;
     let mut d = Daemon::start(&[], &allowed);
+    let n = &ns;
     wait_until("the rows relayed", Duration::from_secs(40), || async move {
         n.llen("queue:allowed").await == 10
     })
@@ -131,13 +157,8 @@ async fn an_evicting_redis_is_refused_unless_allowed(pool: PgPool) {
     assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
 }
 
-/// A primary with one replica, `--redis-wait-replicas 1`: a row is deleted only once the
-/// replica has its job. With the replica stopped (SIGSTOP) WAIT falls short: the rows stay
-/// (attempts untouched, no dead letter), `/readyz` says `replicas behind`, logged once; once it
-/// resumes, the rows go and every job is in Redis exactly once, on the replica too.
-#[sqlx::test]
-async fn with_wait_replicas_rows_stay_until_the_replica_has_the_jobs(pool: PgPool) {
-    let db = database_url_of(&pool).await;
+/// A primary with one replica in sync.
+async fn primary_and_replica() -> (RedisServer, RedisServer) {
     let primary = RedisServer::start();
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
     let info = |server: &RedisServer| -> String {
@@ -151,25 +172,26 @@ async fn with_wait_replicas_rows_stay_until_the_replica_has_the_jobs(pool: PgPoo
             && info(&replica).contains("master_link_status:up")
     })
     .await;
+    (primary, replica)
+}
+
+const WAIT_ONE: [&str; 4] = [
+    "--redis-wait-replicas",
+    "1",
+    "--redis-wait-timeout",
+    "300ms",
+];
+
+/// `check` with `--redis-wait-replicas`: ok when as many replicas acknowledge a write within
+/// the timeout; `replicas behind` naming how many did when fewer do.
+#[sqlx::test]
+async fn check_counts_the_replicas_that_acknowledge(pool: PgPool) {
+    let db = database_url_of(&pool).await;
+    let (primary, _replica) = primary_and_replica().await;
     let ns = Namespace::on(&primary.url());
-    let on_replica = |key: &str| -> usize {
-        redis::cmd("LLEN")
-            .arg(ns.key(key))
-            .query(&mut replica.con())
-            .unwrap()
-    };
-    let env = [
-        ("DATABASE_URL", db.as_str()),
-        ("REDIS_URL", &primary.url()),
-        ("JOBRELAY_NAMESPACE", &ns.prefix),
-    ];
-    let wait = [
-        "--redis-wait-replicas",
-        "1",
-        "--redis-wait-timeout",
-        "300ms",
-    ];
-    let (code, out, err) = run_relay(&[&["check"], &wait[..]].concat(), &env).await;
+    let url = primary.url();
+    let env = env_of(&db, &url, &ns);
+    let (code, out, err) = run_relay(&[&["check"], &WAIT_ONE[..]].concat(), &env).await;
     assert_eq!(code, 0, "{out}{err}");
     assert!(
         out.contains(
@@ -195,8 +217,26 @@ async fn with_wait_replicas_rows_stay_until_the_replica_has_the_jobs(pool: PgPoo
         ),
         "{out}"
     );
+}
 
-    let mut d = Daemon::start(&[&wait[..], &["--max-attempts", "2"]].concat(), &env);
+/// A primary with one replica, `--redis-wait-replicas 1`: a row is deleted only once the
+/// replica has its job. With the replica stopped (SIGSTOP) WAIT falls short: the rows stay
+/// (attempts untouched, no dead letter), `/readyz` says `replicas behind`, logged once; once it
+/// resumes, the rows go and every job is in Redis exactly once, on the replica too.
+#[sqlx::test]
+async fn with_wait_replicas_rows_stay_until_the_replica_has_the_jobs(pool: PgPool) {
+    let db = database_url_of(&pool).await;
+    let (primary, replica) = primary_and_replica().await;
+    let ns = Namespace::on(&primary.url());
+    let on_replica = |key: &str| -> usize {
+        redis::cmd("LLEN")
+            .arg(ns.key(key))
+            .query(&mut replica.con())
+            .unwrap()
+    };
+    let url = primary.url();
+    let env = env_of(&db, &url, &ns);
+    let mut d = Daemon::start(&[&WAIT_ONE[..], &["--max-attempts", "2"]].concat(), &env);
     d.wait_ready(Duration::from_secs(15)).await;
     insert_rows(&pool, 20, "first").await;
     let p = &pool;
