@@ -7,6 +7,12 @@
 
 use std::time::Duration;
 
+mod classify;
+mod reason;
+
+pub use self::classify::{postgres_reason, redis_reason};
+pub use self::reason::Reason;
+
 /// Everything the jobrelay library can fail with.
 ///
 /// [`Error::class`] tells what a caller should do about it: retry the whole batch later
@@ -238,120 +244,6 @@ impl Dependency {
     }
 }
 
-/// Why a dependency failed, named for operators (logs, `/readyz`, `jobrelay check`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Reason {
-    /// The connection was reset or closed; the host is down or unreachable.
-    Unreachable,
-    /// The connection was refused: nothing listens at that address and port.
-    Refused,
-    /// No answer within the bound (a hung or overloaded server, a network partition).
-    Timeout,
-    /// The server refuses writes for lack of memory (Redis `OOM` at `maxmemory`, Postgres
-    /// `out_of_memory`).
-    OutOfMemory,
-    /// Postgres cannot write for lack of disk space (`disk_full`, `53100`: "could not extend
-    /// file ...: No space left on device"). A read, or a small write that fits a page with
-    /// room left, still succeeds: only the relay's own writes tell when it ends.
-    DiskFull,
-    /// Another session holds a lock on the outbox that the relay's claims wait for (a
-    /// migration's `LOCK TABLE`, `ALTER TABLE`, a `VACUUM FULL`), or a statement gave up
-    /// waiting for one (`lock_not_available`, `55P03`).
-    LockWait,
-    /// A read-only replica (Redis `READONLY`/`MASTERDOWN`, Postgres hot standby).
-    ReadOnly,
-    /// The credentials were refused.
-    Authentication,
-    /// The user lacks a permission (Redis `NOPERM`, Postgres `insufficient_privilege`).
-    PermissionDenied,
-    /// The outbox table, its schema or the database does not exist: run `jobrelay migrate`.
-    TableMissing,
-    /// The server is starting (Redis `LOADING`, Postgres `cannot_connect_now`).
-    Loading,
-    /// The server refuses new connections: Postgres `too_many_connections` (53300:
-    /// `max_connections`, or a role's or database's `CONNECTION LIMIT`), PgBouncer's
-    /// `max_client_conn`.
-    TooManyConnections,
-    /// A Redis Cluster node answered about slots (`MOVED`, `ASK`, `CROSSSLOT`, a script's
-    /// "non local key", `TRYAGAIN`, `CLUSTERDOWN`): the URL points at one node of a cluster, or
-    /// the cluster is resharding or down.
-    Cluster,
-    /// Redis does not know a command the relay needs (`unknown command`): the URL points at a
-    /// sentinel, a proxy without scripts, or the command was renamed.
-    UnknownCommand,
-    /// Redis forgot the enqueue script right after loading it (`NOSCRIPT` again): a proxy that
-    /// spreads requests over several servers, or scripts flushed in a loop.
-    ScriptMissing,
-    /// Too few replicas took the writes: Redis `NOREPLICAS` (`min-replicas-to-write`), or
-    /// `WAIT` fell short of `--redis-wait-replicas`.
-    ReplicasBehind,
-    /// Redis's `maxmemory-policy` evicts keys (queued jobs, dedup markers): refused unless
-    /// `--redis-allow-eviction`.
-    EvictionPolicy,
-    /// The server is busy or cannot take writes for another reason of its own (Redis `BUSY`,
-    /// `MISCONF`, `max number of clients reached`).
-    Unavailable,
-    /// Anything else: an answer about the request itself, not about the server's state.
-    Other,
-}
-
-impl Reason {
-    /// Every reason: the closed set of names a `reason` (log field, `/readyz`, `jobrelay
-    /// check`, the `reason` label of `jobrelay_job_failures_total`) can take.
-    pub const ALL: [Reason; 19] = [
-        Reason::Unreachable,
-        Reason::Refused,
-        Reason::Timeout,
-        Reason::OutOfMemory,
-        Reason::DiskFull,
-        Reason::LockWait,
-        Reason::ReadOnly,
-        Reason::Authentication,
-        Reason::PermissionDenied,
-        Reason::TableMissing,
-        Reason::Loading,
-        Reason::TooManyConnections,
-        Reason::Cluster,
-        Reason::UnknownCommand,
-        Reason::ScriptMissing,
-        Reason::ReplicasBehind,
-        Reason::EvictionPolicy,
-        Reason::Unavailable,
-        Reason::Other,
-    ];
-
-    /// The name used in logs (`reason` field), `/readyz` and `jobrelay check`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::Unreachable => "unreachable",
-            Reason::Refused => "refused",
-            Reason::Timeout => "timeout",
-            Reason::OutOfMemory => "out of memory",
-            Reason::DiskFull => "disk full",
-            Reason::LockWait => "lock wait",
-            Reason::ReadOnly => "read-only replica",
-            Reason::Authentication => "authentication failed",
-            Reason::PermissionDenied => "permission denied",
-            Reason::TableMissing => "table or schema missing",
-            Reason::Loading => "loading",
-            Reason::TooManyConnections => "too many connections",
-            Reason::Cluster => "cluster",
-            Reason::UnknownCommand => "unknown command",
-            Reason::ScriptMissing => "script missing",
-            Reason::ReplicasBehind => "replicas behind",
-            Reason::EvictionPolicy => "eviction policy",
-            Reason::Unavailable => "unavailable",
-            Reason::Other => "error",
-        }
-    }
-}
-
-impl std::fmt::Display for Reason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 impl Error {
     /// The class of this error; see [`ErrorClass`].
     pub fn class(&self) -> ErrorClass {
@@ -412,130 +304,6 @@ impl Error {
             field,
             reason: reason.into(),
         }
-    }
-}
-
-/// Why a Redis request failed. [`Reason::Other`] means Redis answered about the request
-/// itself (e.g. `WRONGTYPE`, a script error), not about its own state or the endpoint.
-///
-/// Errors raised inside the enqueue script keep their code (`OOM ... script: <sha>, on
-/// @user_script:1.`), except a few that Redis reports as `ERR` with a message: an ACL denial
-/// ("The user executing the script can't run this command"), a cluster node's "non local
-/// key", an unknown command. Those are told by their text, so that no endpoint failure is
-/// ever taken for the job's.
-pub fn redis_reason(e: &redis::RedisError) -> Reason {
-    use redis::ErrorKind as K;
-    if e.is_timeout() {
-        return Reason::Timeout;
-    }
-    if e.is_connection_refusal() {
-        return Reason::Refused;
-    }
-    if e.is_connection_dropped() || e.is_io_error() {
-        return Reason::Unreachable;
-    }
-    match e.code() {
-        Some("OOM") => return Reason::OutOfMemory,
-        Some("READONLY" | "MASTERDOWN") => return Reason::ReadOnly,
-        Some("NOAUTH" | "WRONGPASS") => return Reason::Authentication,
-        Some("NOPERM") => return Reason::PermissionDenied,
-        Some("LOADING") => return Reason::Loading,
-        Some("NOREPLICAS") => return Reason::ReplicasBehind,
-        Some("MOVED" | "ASK" | "CROSSSLOT" | "TRYAGAIN" | "CLUSTERDOWN") => return Reason::Cluster,
-        Some("NOSCRIPT") => return Reason::ScriptMissing,
-        Some("BUSY" | "MISCONF") => return Reason::Unavailable,
-        _ => {}
-    }
-    match e.kind() {
-        K::ReadOnly | K::MasterDown => return Reason::ReadOnly,
-        K::BusyLoadingError => return Reason::Loading,
-        K::AuthenticationFailed => return Reason::Authentication,
-        K::Moved
-        | K::Ask
-        | K::CrossSlot
-        | K::TryAgain
-        | K::ClusterDown
-        | K::ClusterConnectionNotFound => return Reason::Cluster,
-        K::NoScriptError => return Reason::ScriptMissing,
-        // The sentinels could not name a primary: none reachable, or none for that name.
-        K::IoError
-        | K::MasterNameNotFoundBySentinel
-        | K::NoValidReplicasFoundBySentinel
-        | K::EmptySentinelList => return Reason::Unreachable,
-        _ => {}
-    }
-    reason_in_message(&e.to_string())
-}
-
-/// The endpoint failures Redis reports as a plain `ERR` (also from inside a script), by their
-/// text; [`Reason::Other`] for the rest.
-fn reason_in_message(message: &str) -> Reason {
-    let m = message.to_ascii_lowercase();
-    let has = |needles: &[&str]| needles.iter().any(|n| m.contains(n));
-    if has(&[
-        "can't run this command",
-        "no permissions to",
-        "acl failure",
-        "noperm",
-    ]) {
-        Reason::PermissionDenied
-    } else if has(&[
-        "non local key",
-        "hash to the same slot",
-        "cluster support disabled",
-        "clusterdown",
-    ]) {
-        Reason::Cluster
-    } else if has(&["unknown command", "unknown redis command"]) {
-        Reason::UnknownCommand
-    } else if has(&[
-        "without any password configured",
-        "no password is set",
-        "invalid password",
-        "wrongpass",
-        "noauth",
-    ]) {
-        Reason::Authentication
-    } else if has(&["max number of clients reached"]) {
-        Reason::Unavailable
-    } else {
-        Reason::Other
-    }
-}
-
-/// Why a Postgres request failed, from its SQLSTATE or the kind of client error.
-pub fn postgres_reason(e: &sqlx::Error) -> Reason {
-    match e {
-        sqlx::Error::Database(db) => match db.code().as_deref() {
-            Some("28P01" | "28000") => Reason::Authentication,
-            Some("42501") => Reason::PermissionDenied,
-            // undefined_table, invalid_schema_name, invalid_catalog_name (no such database)
-            Some("42P01" | "3F000" | "3D000") => Reason::TableMissing,
-            Some("25006") => Reason::ReadOnly,
-            Some("53200") => Reason::OutOfMemory,
-            Some("53100") => Reason::DiskFull,
-            // lock_not_available: a lock_timeout (or NOWAIT) gave up on a held lock
-            Some("55P03") => Reason::LockWait,
-            // query_canceled: statement_timeout
-            Some("57014") => Reason::Timeout,
-            Some("57P03") => Reason::Loading,
-            Some("53300") => Reason::TooManyConnections,
-            // PgBouncer's own refusal (max_client_conn) comes as a protocol violation.
-            Some("08P01") if db.message().starts_with("no more connections allowed") => {
-                Reason::TooManyConnections
-            }
-            Some(c) if c.starts_with("08") || c.starts_with("57P") => Reason::Unreachable,
-            Some(c) if c.starts_with("53") => Reason::Unavailable,
-            _ => Reason::Other,
-        },
-        sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => Reason::Timeout,
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => Reason::Unreachable,
-        sqlx::Error::PoolTimedOut => Reason::Timeout,
-        _ => Reason::Other,
     }
 }
 

@@ -103,6 +103,11 @@ fn redis_answers_are_named_and_classified() {
         assert_eq!(e.reason(), reason, "{line}");
         assert_eq!(e.class(), ErrorClass::Transient, "{line}");
     }
+}
+
+/// Redis's answers about the request itself name no dependency state.
+#[test]
+fn redis_answers_about_the_request_are_other() {
     for line in [
         "WRONGTYPE Operation against a key holding the wrong kind of value",
         "ERR Error running script (call to f_x): @user_script:1: user_script:1: bad argument",
