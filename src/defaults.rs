@@ -11,9 +11,9 @@ pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// Default rows per batch (chosen by benchmark; docs/decisions.md#defaults).
 pub const DEFAULT_BATCH_SIZE: usize = 1000;
 /// Default `--batch-max-bytes` (chosen by measurement; docs/decisions.md#defaults).
-pub const DEFAULT_BATCH_MAX_BYTES: usize = crate::redis::enqueue::DEFAULT_MAX_CALL_BYTES;
+pub const DEFAULT_BATCH_MAX_BYTES: usize = crate::broker::enqueue::DEFAULT_MAX_CALL_BYTES;
 /// Default `--max-job-size` (docs/decisions.md#defaults).
-pub const DEFAULT_MAX_JOB_SIZE: usize = crate::redis::enqueue::DEFAULT_MAX_JOB_BYTES;
+pub const DEFAULT_MAX_JOB_SIZE: usize = crate::broker::enqueue::DEFAULT_MAX_JOB_BYTES;
 /// Default fleet-wide claim slots (chosen by benchmark; docs/decisions.md#defaults).
 pub const DEFAULT_CLAIM_SLOTS: usize = 2;
 /// Default claim loops (chosen by benchmark).

@@ -9,13 +9,13 @@
 //! # Layout
 //!
 //! - [`job`]: the job and its validation; [`proto`]: its protobuf wire format.
-//! - [`redis`]: everything that talks to Redis: the connection, the enqueue algorithm
+//! - [`broker`]: everything that talks to Redis, the jobs' broker: the connection, the enqueue algorithm
 //!   (docs/layouts.md#the-enqueue-algorithm) and its layouts (`jobrelay`, `conveyor`, `sidekiq`, each
 //!   with its wire format, keys and Lua script), the relay's Redis sink, the probe.
 //! - [`relay`]: the claim loop, claim slots, the sweep, the sink seam, health, supervision,
 //!   the daemon's assembly; [`wakeup`]: LISTEN and the advisory wake-up lock.
 //! - [`producer`]: the pending-job API for applications (build jobs, write their rows in the
-//!   caller's transaction, fast-path push after commit); [`sqlx`] and [`redis_rs`] are the
+//!   caller's transaction, fast-path push after commit); [`sqlx`] and [`redis`] are the
 //!   client crates it is built with, re-exported so that versions never need matching.
 //! - [`config`]: flags, environment, TOML, validation; [`table`]: outbox table names.
 //! - [`db`]: migrations and pools; [`admin`]: `status` and `dead-letter`.
@@ -27,6 +27,7 @@
 
 pub mod admin;
 pub(crate) mod backoff;
+pub mod broker;
 pub(crate) mod columns;
 #[cfg(feature = "daemon")]
 pub mod config;
@@ -39,21 +40,20 @@ pub mod job;
 mod pg_timestamp;
 pub mod producer;
 pub mod proto;
-pub mod redis;
 pub mod relay;
 pub mod table;
 pub mod telemetry;
 pub mod wakeup;
 
+pub use crate::broker::enqueue::{Enqueuer, Outcome};
+pub use crate::broker::layout::LayoutKind;
 pub use crate::error::{Error, ErrorClass, Result};
 pub use crate::job::Job;
-pub use crate::redis::enqueue::{Enqueuer, Outcome};
-pub use crate::redis::layout::LayoutKind;
 pub use crate::table::TableName;
-/// The `redis` crate (redis-rs) this library is built with, for an application that makes its
-/// own connections to pass to the producer: its types then match the library's. Most need only
-/// [`producer::connect_redis`].
-pub use ::redis as redis_rs;
 /// The `sqlx` crate this library is built with: the producer writes its rows through an
 /// `sqlx::PgConnection` of this version (`jobrelay::sqlx::PgPool::connect(url)`).
 pub use ::sqlx;
+/// The `redis` crate (redis-rs) this library is built with, for an application that makes its
+/// own connections to pass to the producer: its types then match the library's. Most need only
+/// [`producer::connect_redis`].
+pub use redis;

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use jobrelay::broker::enqueue::JobResult;
 use jobrelay::config::STATEMENT_TIMEOUT;
-use jobrelay::redis::enqueue::JobResult;
 use jobrelay::relay::cursor::ClaimCursor;
 use jobrelay::relay::{self, BatchSettings, JobSink};
 use jobrelay::{Job, Outcome, TableName};

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use jobrelay::broker::sink::RedisSink;
 use jobrelay::config::{DEFAULT_CLAIM_SLOTS, STATEMENT_TIMEOUT};
-use jobrelay::redis::sink::RedisSink;
 use jobrelay::relay::{self, BatchSettings, Health, RelaySettings};
 use jobrelay::{Enqueuer, TableName};
 use tokio_util::sync::CancellationToken;
@@ -44,7 +44,7 @@ pub async fn start_relay(
         let client = sb.redis().clone();
         let con = runtime
             .spawn(async move {
-                jobrelay::redis::connection::connect(&client, Duration::from_secs(5)).await
+                jobrelay::broker::connection::connect(&client, Duration::from_secs(5)).await
             })
             .await??;
         sinks.push(timed_sink::TimedSink {

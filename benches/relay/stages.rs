@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use jobrelay::broker::sink::RedisSink;
 use jobrelay::config::STATEMENT_TIMEOUT;
-use jobrelay::redis::sink::RedisSink;
 use jobrelay::relay::{self, BatchSettings};
 use jobrelay::{Enqueuer, TableName};
 use serde_json::json;
@@ -21,7 +21,7 @@ pub async fn bench_stages(sb: &Sandbox, args: &Args) -> Result<serde_json::Value
     rows::copy_rows(sb, args.layout, rows, "stages").await?;
     let opts = jobrelay::config::session_settings(sb.url(None).parse()?);
     let pool = jobrelay::db::lazy_pool(opts, 2);
-    let con = jobrelay::redis::connection::connect(sb.redis(), Duration::from_secs(5)).await?;
+    let con = jobrelay::broker::connection::connect(sb.redis(), Duration::from_secs(5)).await?;
     let sink = RedisSink::new(
         Enqueuer::new(sb.namespace().to_owned(), Duration::from_secs(900)).with_layout(args.layout),
         con,

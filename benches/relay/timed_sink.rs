@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use jobrelay::redis::enqueue::JobResult;
+use jobrelay::broker::enqueue::JobResult;
 use jobrelay::relay::JobSink;
 use jobrelay::Job;
 

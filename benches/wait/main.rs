@@ -24,9 +24,9 @@ mod servers;
 
 use std::time::{Duration, Instant};
 
-use jobrelay::redis::connection::connect;
-use jobrelay::redis::probe::RedisSafety;
-use jobrelay::redis::sink::RedisSink;
+use jobrelay::broker::connection::connect;
+use jobrelay::broker::probe::RedisSafety;
+use jobrelay::broker::sink::RedisSink;
 use jobrelay::relay::JobSink;
 use jobrelay::{Enqueuer, Job};
 

@@ -1,7 +1,7 @@
 //! `jobrelay peek`: the jobs of a queue, of the scheduled set or held for a job, read without
 //! moving them (`LLEN`, `LRANGE`, `ZCARD`, `ZRANGE`, `HGETALL`) and decoded by the layout
 //! (docs/cli.md#jobrelay-peek). Which keys and what they hold is the layout's business
-//! ([`crate::redis::layout::peek::Peek`]); this reader knows none of them.
+//! ([`crate::broker::layout::peek::Peek`]); this reader knows none of them.
 
 use std::fmt;
 
@@ -9,7 +9,7 @@ use redis::aio::ConnectionLike;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::redis::layout::peek::{
+use crate::broker::layout::peek::{
     epoch_rfc3339, shelf_of, Decoded, End, Entries, NoShelf, Shelf, ShelfKind, Stored, Wanted,
 };
 use crate::LayoutKind;
@@ -151,7 +151,7 @@ pub async fn peek<C: ConnectionLike + Send>(
 /// they name in one round trip.
 async fn decode_all<C: ConnectionLike + Send>(
     con: &mut C,
-    peek: &dyn crate::redis::layout::peek::Peek,
+    peek: &dyn crate::broker::layout::peek::Peek,
     shelf: &Shelf,
     entries: Vec<(Vec<u8>, Option<f64>)>,
     offset: usize,

@@ -4,9 +4,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use jobrelay::admin::peek::{self, PeekError};
+use jobrelay::broker::layout::peek::Wanted;
 use jobrelay::config::cli::PeekArgs;
 use jobrelay::config::Config;
-use jobrelay::redis::layout::peek::Wanted;
 
 /// Prints the jobs `args` name: a block of lines per job, or one JSON object per line; a
 /// summary line on stderr. Exit 2 when the layout keeps no such jobs.
@@ -21,7 +21,7 @@ pub(super) async fn run(config: &Config, args: PeekArgs) -> Result<ExitCode> {
         Wanted::Queue(args.queue.unwrap_or_default())
     };
     let client = config.redis_client()?;
-    let mut con = jobrelay::redis::connection::connect(&client, config.push_timeout)
+    let mut con = jobrelay::broker::connection::connect(&client, config.push_timeout)
         .await
         .with_context(|| format!("connecting to redis at {}", config.redis_url))?;
     let page = match peek::peek(

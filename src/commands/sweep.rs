@@ -4,9 +4,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use jobrelay::broker::sink::RedisSink;
 use jobrelay::config::{Config, STATEMENT_TIMEOUT};
 use jobrelay::db;
-use jobrelay::redis::sink::RedisSink;
 use jobrelay::relay::repair::{REPAIR_GRACE, REPAIR_LIMIT};
 use jobrelay::relay::{self, Batcher, JobSink as _};
 use jobrelay::Outcome;
@@ -15,7 +15,7 @@ use jobrelay::Outcome;
 pub(super) async fn run(config: &Config) -> Result<ExitCode> {
     let pool = db::checked_pool(config.pg_options()?, 2, STATEMENT_TIMEOUT).await?;
     let client = config.redis_client()?;
-    let con = jobrelay::redis::connection::connect(&client, config.push_timeout)
+    let con = jobrelay::broker::connection::connect(&client, config.push_timeout)
         .await
         .with_context(|| format!("connecting to redis at {}", config.redis_url))?;
     let mut repair_con = con.clone();

@@ -14,8 +14,8 @@
 //! - `values`: parsers of option values ([`parse_duration`], [`parse_byte_size`], ...).
 
 pub mod cli;
-/// `--redis-url`'s forms: [`crate::redis::url`], kept here under its old name.
-pub use crate::redis::url as redis_url;
+/// `--redis-url`'s forms: [`crate::broker::url`], kept here under its old name.
+pub use crate::broker::url as redis_url;
 
 mod error;
 mod postgres;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use super::error::ConfigError;
 use super::source::Origin;
-use crate::redis::url as redis_url;
+use crate::broker::url as redis_url;
 use crate::telemetry::redact;
 
 /// A PEM file of trusted CA certificates (`--redis-ca-file`), read and checked once at start.

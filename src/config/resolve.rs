@@ -16,8 +16,8 @@ use super::source::Sources;
 use super::values::{
     bounded_int, byte_size_between, duration_at_least, duration_between, parse_bool, parse_duration,
 };
+use crate::broker::url as redis_url;
 use crate::defaults::*;
-use crate::redis::url as redis_url;
 use crate::table::TableName;
 use crate::telemetry::logging::LogFormat;
 
@@ -72,9 +72,9 @@ impl Config {
             })?
             .unwrap_or_default();
         let layout = src
-            .parse("layout", |s| s.parse::<crate::redis::layout::LayoutKind>())?
+            .parse("layout", |s| s.parse::<crate::broker::layout::LayoutKind>())?
             .unwrap_or_default();
-        let namespace = if layout == crate::redis::layout::LayoutKind::Bullmq
+        let namespace = if layout == crate::broker::layout::LayoutKind::Bullmq
             && src.get("namespace").is_none()
         {
             // BullMQ's default prefix, "bull", and the ':' it joins keys with.
@@ -82,7 +82,7 @@ impl Config {
         } else {
             namespace
         };
-        if layout == crate::redis::layout::LayoutKind::Bullmq
+        if layout == crate::broker::layout::LayoutKind::Bullmq
             && (namespace.len() < 2 || !namespace.ends_with(':'))
         {
             // BullMQ names a queue's keys <prefix>:<queue>:<type> and never has an empty prefix.
@@ -96,7 +96,7 @@ impl Config {
                 ),
             });
         }
-        if layout == crate::redis::layout::LayoutKind::Conveyor && !namespace.ends_with(':') {
+        if layout == crate::broker::layout::LayoutKind::Conveyor && !namespace.ends_with(':') {
             // Conveyor joins its namespace to every key with ':' and never has an empty one
             // (its default is "conv"): another prefix cannot reach a conveyor worker.
             return Err(ConfigError {
@@ -108,8 +108,8 @@ impl Config {
                 ),
             });
         }
-        if layout == crate::redis::layout::LayoutKind::Celery
-            && redis_url::topology(&redis_url) == Some(crate::redis::connection::Topology::Cluster)
+        if layout == crate::broker::layout::LayoutKind::Celery
+            && redis_url::topology(&redis_url) == Some(crate::broker::connection::Topology::Cluster)
         {
             // kombu's Redis transport talks to one Redis (or a Sentinel-managed primary).
             return Err(ConfigError {
@@ -119,8 +119,8 @@ impl Config {
                     .into(),
             });
         }
-        if layout == crate::redis::layout::LayoutKind::Rq
-            && redis_url::topology(&redis_url) == Some(crate::redis::connection::Topology::Cluster)
+        if layout == crate::broker::layout::LayoutKind::Rq
+            && redis_url::topology(&redis_url) == Some(crate::broker::connection::Topology::Cluster)
         {
             // RQ has no Cluster support (rq/rq#1048, open): its transactions and scripts name a
             // job's hash, queue and registries, which share no hash tag.
@@ -131,7 +131,7 @@ impl Config {
                     .into(),
             });
         }
-        if redis_url::topology(&redis_url) == Some(crate::redis::connection::Topology::Cluster)
+        if redis_url::topology(&redis_url) == Some(crate::broker::connection::Topology::Cluster)
             && !redis_url::namespace_is_one_slot(&namespace)
         {
             // A script call touches many keys; a Cluster runs it only if all of them are in

@@ -10,8 +10,8 @@ use super::error::ConfigError;
 use super::postgres::{url_options, PgFootprint};
 use super::redis_endpoint::CaFile;
 use super::secret_url::SecretUrl;
+use crate::broker::url as redis_url;
 use crate::defaults::STATEMENT_TIMEOUT;
-use crate::redis::url as redis_url;
 use crate::table::TableName;
 use crate::telemetry::logging::LogFormat;
 use crate::telemetry::redact;
@@ -42,7 +42,7 @@ pub struct Config {
     /// `--namespace`.
     pub namespace: String,
     /// `--layout`.
-    pub layout: crate::redis::layout::LayoutKind,
+    pub layout: crate::broker::layout::LayoutKind,
     /// `--batch-size`.
     pub batch_size: usize,
     /// `--batch-max-bytes`.
@@ -153,8 +153,8 @@ impl Config {
 
     /// What the relay asks of Redis: `--redis-allow-eviction`, `--redis-wait-replicas`,
     /// `--redis-wait-timeout`.
-    pub fn redis_safety(&self) -> crate::redis::probe::RedisSafety {
-        crate::redis::probe::RedisSafety {
+    pub fn redis_safety(&self) -> crate::broker::probe::RedisSafety {
+        crate::broker::probe::RedisSafety {
             allow_eviction: self.redis_allow_eviction,
             wait_replicas: self.redis_wait_replicas,
             wait_timeout: self.redis_wait_timeout,
@@ -163,15 +163,15 @@ impl Config {
 
     /// The enqueue algorithm with `--namespace`, `--dedup-ttl`, `--max-job-size` and
     /// `--batch-max-bytes` (the bytes of one script call).
-    pub fn enqueuer(&self) -> crate::redis::enqueue::Enqueuer {
-        crate::redis::enqueue::Enqueuer::new(self.namespace.clone(), self.dedup_ttl)
+    pub fn enqueuer(&self) -> crate::broker::enqueue::Enqueuer {
+        crate::broker::enqueue::Enqueuer::new(self.namespace.clone(), self.dedup_ttl)
             .with_layout(self.layout)
             .with_limits(self.max_job_size, self.batch_max_bytes)
     }
 
     /// The Redis endpoint `--redis-url` names (one server, the Sentinels' primary, or a
     /// Cluster), trusting `--redis-ca-file` when given.
-    pub fn redis_client(&self) -> Result<crate::redis::connection::RedisEndpoint, ConfigError> {
+    pub fn redis_client(&self) -> Result<crate::broker::connection::RedisEndpoint, ConfigError> {
         redis_url::endpoint(
             self.redis_url.expose(),
             self.redis_ca_file.as_ref().map(|ca| ca.pem()),

@@ -138,7 +138,7 @@ impl JobBuilder {
     pub fn sidekiq_args<T: serde::Serialize + ?Sized>(mut self, args: &T) -> Self {
         match serde_json::to_vec(args) {
             Ok(bytes) => {
-                let checked = crate::redis::layout::sidekiq_args_of(&bytes).map(|_| ());
+                let checked = crate::broker::layout::sidekiq_args_of(&bytes).map(|_| ());
                 match checked {
                     Ok(()) => self.payload = bytes,
                     Err(reason) => self.fail("payload", reason.0),

@@ -3,9 +3,9 @@
 
 use redis::{ErrorKind, RedisError};
 
+use crate::broker::connection::{connect, RedisConnection};
 use crate::defaults::DEFAULT_PUSH_TIMEOUT;
 use crate::error::Result;
-use crate::redis::connection::{connect, RedisConnection};
 
 /// Connects to the Redis that `url` names, in any form the relay's `--redis-url` takes
 /// (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS against the bundled web PKI
@@ -25,7 +25,7 @@ use crate::redis::connection::{connect, RedisConnection};
 /// # }
 /// ```
 pub async fn connect_redis(url: &str) -> Result<RedisConnection> {
-    let endpoint = crate::redis::url::endpoint(url, None).map_err(|why| {
+    let endpoint = crate::broker::url::endpoint(url, None).map_err(|why| {
         RedisError::from((ErrorKind::InvalidClientConfig, "invalid redis URL", why))
     })?;
     Ok(connect(&endpoint, DEFAULT_PUSH_TIMEOUT).await?)

@@ -10,7 +10,7 @@
 //! - [`Producer`]: the settings shared with the relay (table, namespace, dedup TTL).
 //! - [`connect_redis`]: a Redis connection for the fast path from a URL, so that the
 //!   application needs no `redis` crate of its own (the one the library uses is
-//!   [`crate::redis_rs`]; its Postgres client is [`crate::sqlx`]).
+//!   [`crate::redis`]; its Postgres client is [`crate::sqlx`]).
 //! - [`PendingJobs`]: the jobs of one transaction (the pattern's `JobScheduler`):
 //!   [`add`](PendingJobs::add) / [`add_all`](PendingJobs::add_all),
 //!   [`create_pending`](PendingJobs::create_pending) inside the transaction (one `INSERT` for
@@ -82,7 +82,7 @@ pub use self::builder::{IntoJob, JobBuilder};
 pub use self::connect::connect_redis;
 pub use self::pending::{FastPathError, PendingJobs, PushReport, RowRef, Stage};
 pub use self::settings::Producer;
-pub use crate::redis::connection::RedisConnection;
+pub use crate::broker::connection::RedisConnection;
 
 /// The producer's statements on `table`: `[insert, claim, delete]` (for the plan tests).
 #[doc(hidden)]

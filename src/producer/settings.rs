@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::sql::Sql;
+use crate::broker::enqueue::Enqueuer;
+use crate::broker::layout::LayoutKind;
 use crate::defaults::{DEFAULT_DEDUP_TTL, DEFAULT_PUSH_TIMEOUT};
-use crate::redis::enqueue::Enqueuer;
-use crate::redis::layout::LayoutKind;
 use crate::table::TableName;
 
 /// What a producer shares with the relay: the outbox table, the Redis key namespace and the

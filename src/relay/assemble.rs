@@ -11,10 +11,10 @@ use tokio_util::task::TaskTracker;
 use super::health::{Dependency, Health};
 use super::{probe, supervise, RelaySettings};
 use crate::backoff::Backoff;
-use crate::redis::connection::{self, RedisConnection, RedisEndpoint};
-use crate::redis::enqueue::Enqueuer;
-use crate::redis::probe::RedisSafety;
-use crate::redis::sink::RedisSink;
+use crate::broker::connection::{self, RedisConnection, RedisEndpoint};
+use crate::broker::enqueue::Enqueuer;
+use crate::broker::probe::RedisSafety;
+use crate::broker::sink::RedisSink;
 
 /// What the daemon's relay is made of.
 #[derive(Debug, Clone)]

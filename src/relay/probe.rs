@@ -11,7 +11,7 @@
 //!   holder's pid, not a probe that times out behind it.
 //! - Redis: a write (`SET <ns>jobrelay:probe ... PX`), `ROLE` = master (a denied `ROLE` cannot
 //!   tell), a `maxmemory-policy` that does not evict (unless `--redis-allow-eviction`), and with
-//!   `--redis-wait-replicas` a `WAIT` for the replicas ([`crate::redis::probe`]). A `PING` is
+//!   `--redis-wait-replicas` a `WAIT` for the replicas ([`crate::broker::probe`]). A `PING` is
 //!   not enough: a Redis at `maxmemory` (`OOM`) or a read-only replica answers it while it
 //!   refuses every push. And even the small write may succeed while every batch fails (memory
 //!   hovering at the limit, a script denied by an ACL): so the probe's success never ends an
@@ -26,10 +26,10 @@ use tokio_util::sync::CancellationToken;
 use super::backlog::Backlog;
 pub use super::backlog::HorizonWatch;
 use super::health::{Dependency, Health};
+use crate::broker::connection::{RedisConnection, RedisEndpoint};
+use crate::broker::probe::{Eviction, RedisSafety};
 use crate::error::{Error, LockHolder, Reason, Result};
 use crate::job::layout::LayoutKind;
-use crate::redis::connection::{RedisConnection, RedisEndpoint};
-use crate::redis::probe::{Eviction, RedisSafety};
 use crate::table::TableName;
 use crate::telemetry::events::Event as _;
 
@@ -353,7 +353,7 @@ impl Probe {
         if self.con.is_none() {
             let con = tokio::time::timeout(
                 timeout,
-                crate::redis::connection::connect(&self.redis, bound),
+                crate::broker::connection::connect(&self.redis, bound),
             )
             .await
             .map_err(|_| timed_out())??;
@@ -362,7 +362,7 @@ impl Probe {
         let con = self.con.as_mut().expect("connected above");
         let found = tokio::time::timeout(
             bound,
-            crate::redis::probe::writable(con, &self.probe_key, &self.safety),
+            crate::broker::probe::writable(con, &self.probe_key, &self.safety),
         )
         .await
         .map_err(|_| timed_out())?;

@@ -92,7 +92,7 @@ impl Queries {
     }
 
     /// Renders the statements for `table` and `layout`. When the layout orders flows
-    /// ([`crate::redis::layout::Layout::orders_flows`]), the claim takes a row only once no other
+    /// ([`crate::broker::layout::Layout::orders_flows`]), the claim takes a row only once no other
     /// pending row names it as its parent or predecessor: a flow's children and heirs reach
     /// Redis before the job they wait for, and never after it might have finished. The two
     /// partial indexes of migration 7 keep that test to two index probes per row.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::redis::enqueue::Enqueuer;
+use crate::broker::enqueue::Enqueuer;
 use crate::telemetry::events::{self, Event as _};
 
 /// How often the housekeeping runs.
@@ -22,7 +22,7 @@ pub const REPAIR_LIMIT: usize = 100;
 /// call hit its limit). Failures back off quietly: the workers report Redis outages.
 pub async fn repair(
     enqueuer: Enqueuer,
-    client: crate::redis::connection::RedisEndpoint,
+    client: crate::broker::connection::RedisEndpoint,
     timeout: Duration,
     shutdown: CancellationToken,
 ) {
@@ -55,13 +55,13 @@ pub async fn repair(
 /// One call, on `con` (connected first if `None`).
 async fn step(
     enqueuer: &Enqueuer,
-    client: &crate::redis::connection::RedisEndpoint,
-    con: &mut Option<crate::redis::connection::RedisConnection>,
+    client: &crate::broker::connection::RedisEndpoint,
+    con: &mut Option<crate::broker::connection::RedisConnection>,
     timeout: Duration,
 ) -> crate::Result<u64> {
     let con = match con {
         Some(c) => c,
-        None => con.insert(crate::redis::connection::connect(client, timeout).await?),
+        None => con.insert(crate::broker::connection::connect(client, timeout).await?),
     };
     tokio::time::timeout(timeout, enqueuer.repair(con, REPAIR_GRACE, REPAIR_LIMIT))
         .await

@@ -10,8 +10,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::broker::enqueue::Outcome;
 use crate::error::{ErrorClass, Reason};
-use crate::redis::enqueue::Outcome;
 
 /// Counter, label `outcome`: jobs Redis accepted (or recognised as duplicates).
 pub const JOBS_RELAYED: &str = "jobrelay_jobs_relayed_total";

@@ -11,9 +11,9 @@ use sqlx::{Acquire, PgExecutor, Postgres};
 use uuid::Uuid;
 
 use super::{PendingJobs, RowRef};
+use crate::broker::enqueue::{JobResult, Outcome};
 use crate::error::{Error, ErrorClass, Result};
 use crate::job::Job;
-use crate::redis::enqueue::{JobResult, Outcome};
 
 /// What a fast-path call did with each job.
 #[derive(Debug, Default)]

@@ -7,8 +7,8 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::Event;
+use crate::broker::enqueue::Outcome;
 use crate::error::{ErrorClass, Reason};
-use crate::redis::enqueue::Outcome;
 use crate::relay::report::Report;
 use crate::telemetry::{metrics, redact};
 

@@ -304,7 +304,7 @@ async fn readonly_and_masterdown_are_transient(pool: PgPool) {
 }
 
 async fn ping(
-    con: &mut jobrelay::redis::connection::RedisConnection,
+    con: &mut jobrelay::broker::connection::RedisConnection,
 ) -> redis::RedisResult<String> {
     redis::cmd("PING").query_async(con).await
 }
@@ -317,7 +317,7 @@ async fn the_first_request_after_an_outage_is_not_handed_a_stale_reconnect_failu
     let redis = RedisServer::start();
     let proxy = Proxy::start(upstream(redis.port));
     let client = redis::Client::open(proxy.redis_url()).unwrap();
-    let mut con = jobrelay::redis::connection::connect(&client, Duration::from_secs(2))
+    let mut con = jobrelay::broker::connection::connect(&client, Duration::from_secs(2))
         .await
         .unwrap();
     assert_eq!(ping(&mut con).await.unwrap(), "PONG");

@@ -220,7 +220,7 @@ fn sidekiq_args_are_a_json_array() {
         .unwrap();
     assert_eq!(job.payload, b"[]");
 
-    let deep = (0..jobrelay::redis::layout::SIDEKIQ_MAX_ARGS_DEPTH)
+    let deep = (0..jobrelay::broker::layout::SIDEKIQ_MAX_ARGS_DEPTH)
         .fold(serde_json::json!(1), |v, _| serde_json::json!([v]));
     assert!(JobBuilder::new("q", "T")
         .sidekiq_args(&deep)

@@ -4,7 +4,7 @@
 use crate::common::batch::*;
 use crate::common::*;
 use chrono::{DateTime, Utc};
-use jobrelay::redis::enqueue::JobResult;
+use jobrelay::broker::enqueue::JobResult;
 use jobrelay::relay::{Batcher, JobSink};
 use jobrelay::{Enqueuer, Error, ErrorClass, Job, Outcome};
 use sqlx::PgPool;

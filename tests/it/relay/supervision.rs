@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::*;
-use jobrelay::redis::enqueue::JobResult;
-use jobrelay::redis::sink::RedisSink;
+use jobrelay::broker::enqueue::JobResult;
+use jobrelay::broker::sink::RedisSink;
 use jobrelay::relay::health::PANIC_LIMIT;
 use jobrelay::relay::{BatchSettings, Health, JobSink, RelaySettings};
 use jobrelay::{Enqueuer, Job, Outcome, TableName};

@@ -9,7 +9,7 @@
 //! - `redis+cluster://[user:password@]host:port[,host:port...]`, `rediss+cluster://`: a
 //!   Redis Cluster, from any of these seed nodes.
 
-use crate::redis::connection::{Auth, ClusterSpec, RedisEndpoint, SentinelSpec, Tls, Topology};
+use crate::broker::connection::{Auth, ClusterSpec, RedisEndpoint, SentinelSpec, Tls, Topology};
 
 /// The default port of a Sentinel.
 pub const SENTINEL_PORT: u16 = 26379;

@@ -1,7 +1,7 @@
 //! The Redis enqueue algorithm (docs/layouts.md#the-enqueue-algorithm), as a library function.
 //!
 //! [`Enqueuer::enqueue_batch`] runs the algorithm for many jobs in one `EVALSHA` of the
-//! layout's script ([`crate::redis::layout`]; loaded again whenever Redis answers `NOSCRIPT`, e.g.
+//! layout's script ([`crate::broker::layout`]; loaded again whenever Redis answers `NOSCRIPT`, e.g.
 //! after a restart). The script is atomic: a crash never leaves half of a job's writes behind. Inside it, each job is
 //! checked (dedup marker, key types) before anything is written, so a job the script refuses
 //! leaves no trace and its retry is not mistaken for a duplicate.
@@ -14,10 +14,10 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use self::call::Call;
+use crate::broker::layout::{Layout, LayoutKind};
 use crate::error::{Error, Result};
 use crate::job::Job;
 pub use crate::job::{JobResult, Outcome};
-use crate::redis::layout::{Layout, LayoutKind};
 
 /// Jobs per script call. Bounds how long one call blocks Redis (a few milliseconds).
 pub const MAX_JOBS_PER_CALL: usize = 1000;

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::broker::connection::RedisConnection;
+use crate::broker::enqueue::{Enqueuer, JobResult};
+use crate::broker::layout::LayoutKind;
+use crate::broker::probe::{self, Eviction, RedisSafety};
 use crate::error::{Error, ErrorClass, Reason, Result};
 use crate::job::Job;
-use crate::redis::connection::RedisConnection;
-use crate::redis::enqueue::{Enqueuer, JobResult};
-use crate::redis::layout::LayoutKind;
-use crate::redis::probe::{self, Eviction, RedisSafety};
 use crate::relay::sink::JobSink;
 
 /// How long a sink trusts what it last learnt of the `maxmemory-policy` (the probe looks every

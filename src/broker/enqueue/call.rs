@@ -18,9 +18,9 @@ use std::collections::HashMap;
 use redis::aio::ConnectionLike;
 use redis::Value;
 
+use crate::broker::layout::{job_keys, Layout};
 use crate::error::{Error, Result};
 use crate::job::Job;
-use crate::redis::layout::{job_keys, Layout};
 
 /// One call being filled with jobs.
 pub(super) struct Call<'a> {

@@ -62,7 +62,7 @@ impl Peek for Jobrelay {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::redis::layout::Layout as _;
+    use crate::broker::layout::Layout as _;
 
     #[test]
     fn a_job_decodes_field_by_field_and_binary_payloads_as_base64() {

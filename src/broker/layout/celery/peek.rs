@@ -71,8 +71,8 @@ impl Peek for Celery {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::broker::layout::Layout as _;
     use crate::job::Job;
-    use crate::redis::layout::Layout as _;
 
     #[test]
     fn a_relayed_message_shows_its_task_and_decoded_body() {
