@@ -53,6 +53,7 @@ pub async fn checked_pool(opts: PgConnectOptions, max: u32, timeout: Duration) -
     let conn = tokio::time::timeout(timeout, PgConnection::connect_with(&opts))
         .await
         .map_err(|_| Error::Timeout {
+            dependency: crate::error::Dependency::Postgres,
             what: "postgres connect",
             after: timeout,
         })??;
@@ -83,9 +84,17 @@ pub async fn acquire(
         Ok(Ok(conn)) => {
             // It could connect after all: the pool's connections were busy.
             let _ = tokio::time::timeout(limit, conn.close()).await;
-            Err(Error::Timeout { what, after: limit })
+            Err(Error::Timeout {
+                dependency: crate::error::Dependency::Postgres,
+                what,
+                after: limit,
+            })
         }
-        Err(_) => Err(Error::Timeout { what, after: limit }),
+        Err(_) => Err(Error::Timeout {
+            dependency: crate::error::Dependency::Postgres,
+            what,
+            after: limit,
+        }),
     }
 }
 

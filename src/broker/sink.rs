@@ -89,6 +89,7 @@ impl RedisSink {
                 let found = tokio::time::timeout_at(deadline, probe::eviction_policy(con))
                     .await
                     .unwrap_or(Err(Error::Timeout {
+                        dependency: crate::error::Dependency::Redis,
                         what: "redis push",
                         after: self.push_timeout,
                     }))?;

@@ -156,6 +156,8 @@ pub enum Error {
     /// An operation did not finish within its bound. Transient.
     #[error("{what} timed out after {}", humantime::format_duration(*after))]
     Timeout {
+        /// Which dependency did not answer in time.
+        dependency: Dependency,
         /// What was being waited for (`redis push`, `postgres claim`, ...).
         what: &'static str,
         /// The bound that was exceeded.
@@ -291,10 +293,7 @@ impl Error {
             | Error::EvictionPolicy { .. }
             | Error::ReplicasBehind { .. } => Some(Dependency::Redis),
             Error::NotWritable { dependency, .. } => Some(*dependency),
-            Error::Timeout { what, .. } if what.starts_with("postgres") => {
-                Some(Dependency::Postgres)
-            }
-            Error::Timeout { what, .. } if what.starts_with("redis") => Some(Dependency::Redis),
+            Error::Timeout { dependency, .. } => Some(*dependency),
             _ => None,
         }
     }

@@ -144,14 +144,18 @@ fn broken_connections_are_told_from_timeouts() {
     assert_eq!(redis_reason(&no_primary), Reason::Unreachable);
     let timeout = redis::RedisError::from(Io::from(ErrorKind::TimedOut));
     assert_eq!(redis_reason(&timeout), Reason::Timeout);
-    let t = Error::Timeout {
-        what: "redis push",
-        after: Duration::from_secs(1),
-    };
-    assert_eq!(
-        (t.reason(), t.dependency()),
-        (Reason::Timeout, Some(Dependency::Redis))
-    );
+    // A timeout names its dependency as a fact, whatever the words of `what`.
+    for dependency in [Dependency::Redis, Dependency::Postgres] {
+        let t = Error::Timeout {
+            dependency,
+            what: "push",
+            after: Duration::from_secs(1),
+        };
+        assert_eq!(
+            (t.reason(), t.dependency()),
+            (Reason::Timeout, Some(dependency))
+        );
+    }
 }
 
 #[test]

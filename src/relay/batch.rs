@@ -128,7 +128,13 @@ impl<S: JobSink> Batcher<S> {
                 // made read-only) stays so: let the pool open a new one, which may reach the
                 // new primary.
                 let _ = tokio::time::timeout(self.settings.statement_timeout, conn.close()).await;
-            } else if matches!(e, Error::Timeout { what, .. } if what.starts_with("postgres")) {
+            } else if matches!(
+                e,
+                Error::Timeout {
+                    dependency: crate::error::Dependency::Postgres,
+                    ..
+                }
+            ) {
                 // A statement that did not answer (a primary gone silent): the session is
                 // dropped at once, not handed back to the pool to be checked.
                 drop(conn.detach());
@@ -469,7 +475,11 @@ impl<S: JobSink> Batcher<S> {
         let after = self.settings.statement_timeout;
         match tokio::time::timeout(after, fut).await {
             Ok(r) => r.map_err(Into::into),
-            Err(_) => Err(Error::Timeout { what, after }),
+            Err(_) => Err(Error::Timeout {
+                dependency: crate::error::Dependency::Postgres,
+                what,
+                after,
+            }),
         }
     }
 }

@@ -250,6 +250,7 @@ impl Probe {
     /// idle, for a lock to name.
     async fn timed_out(&self) -> Error {
         let timeout = Error::Timeout {
+            dependency: crate::error::Dependency::Postgres,
             what: "postgres probe",
             after: self.timeout,
         };
@@ -307,6 +308,7 @@ impl Probe {
         tokio::time::timeout(self.timeout.max(BACKLOG_INTERVAL), check)
             .await
             .map_err(|_| Error::Timeout {
+                dependency: crate::error::Dependency::Postgres,
                 what: "postgres room check",
                 after: self.timeout.max(BACKLOG_INTERVAL),
             })?
@@ -322,6 +324,7 @@ impl Probe {
         )
         .await
         .map_err(|_| Error::Timeout {
+            dependency: crate::error::Dependency::Postgres,
             what: "postgres horizon check",
             after: self.timeout.max(BACKLOG_INTERVAL),
         })??;
@@ -340,6 +343,7 @@ impl Probe {
     async fn redis_writable(&mut self) -> Result<Eviction> {
         let timeout = self.timeout;
         let timed_out = || Error::Timeout {
+            dependency: crate::error::Dependency::Redis,
             what: "redis probe",
             after: timeout,
         };

@@ -66,6 +66,7 @@ async fn step(
     tokio::time::timeout(timeout, enqueuer.repair(con, REPAIR_GRACE, REPAIR_LIMIT))
         .await
         .map_err(|_| crate::Error::Timeout {
+            dependency: crate::error::Dependency::Redis,
             what: "redis housekeeping",
             after: timeout,
         })?

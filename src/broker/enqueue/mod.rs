@@ -289,6 +289,7 @@ impl Enqueuer {
                 tokio::time::timeout_at(at, call)
                     .await
                     .unwrap_or(Err(Error::Timeout {
+                        dependency: crate::error::Dependency::Redis,
                         what: "redis push",
                         after,
                     }))
