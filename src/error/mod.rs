@@ -164,6 +164,20 @@ pub enum Error {
         after: Duration,
     },
 
+    /// A component broke its contract: Redis answered a call in a shape the enqueue algorithm
+    /// never gets back (an unknown reply, the wrong number of results), or a sink answered the
+    /// wrong number of results. Nothing of the batch counts as acknowledged: it rolls back, and
+    /// a Redis-side breach has its jobs pushed one by one ([`Reason::Other`]). Transient.
+    #[error("{what}: {detail}")]
+    Contract {
+        /// Whose answer broke it, if a dependency's.
+        dependency: Option<Dependency>,
+        /// What was wrong.
+        what: &'static str,
+        /// What came instead.
+        detail: String,
+    },
+
     /// Another Postgres session holds a lock on the outbox (or its dead-letter table) in a
     /// mode that blocks the relay's claims, e.g. a migration's `LOCK TABLE pending_jobs IN
     /// ACCESS EXCLUSIVE MODE`. Transient: the claims wait, then go on once it is released.
@@ -264,6 +278,7 @@ impl Error {
             | Error::EvictionPolicy { .. }
             | Error::ReplicasBehind { .. }
             | Error::Timeout { .. }
+            | Error::Contract { .. }
             | Error::Locked(_) => ErrorClass::Transient,
         }
     }
@@ -294,6 +309,7 @@ impl Error {
             | Error::ReplicasBehind { .. } => Some(Dependency::Redis),
             Error::NotWritable { dependency, .. } => Some(*dependency),
             Error::Timeout { dependency, .. } => Some(*dependency),
+            Error::Contract { dependency, .. } => *dependency,
             _ => None,
         }
     }

@@ -234,3 +234,22 @@ fn reason_all_lists_every_reason_once() {
     let names: std::collections::HashSet<_> = Reason::ALL.map(Reason::as_str).into();
     assert_eq!(names.len(), Reason::ALL.len());
 }
+
+/// A broken contract is the batch's failure, not an outage's, and names whose answer broke it.
+#[test]
+fn a_broken_contract_is_transient_and_names_its_dependency() {
+    for dependency in [None, Some(Dependency::Redis)] {
+        let e = Error::Contract {
+            dependency,
+            what: "enqueue script answered the wrong number of results",
+            detail: "2 results for 3 jobs".into(),
+        };
+        assert_eq!(e.class(), ErrorClass::Transient);
+        assert_eq!(e.reason(), Reason::Other);
+        assert_eq!(e.dependency(), dependency);
+        assert_eq!(
+            e.to_string(),
+            "enqueue script answered the wrong number of results: 2 results for 3 jobs"
+        );
+    }
+}

@@ -364,11 +364,11 @@ impl<S: JobSink> Batcher<S> {
             if results.len() == jobs.len() {
                 Ok(results)
             } else {
-                Err(Error::Redis(redis::RedisError::from((
-                    redis::ErrorKind::ClientError,
-                    "sink answered the wrong number of results",
-                    format!("{} results for {} jobs", results.len(), jobs.len()),
-                ))))
+                Err(Error::Contract {
+                    dependency: None,
+                    what: "sink answered the wrong number of results",
+                    detail: format!("{} results for {} jobs", results.len(), jobs.len()),
+                })
             }
         });
         results.inspect_err(|e| {

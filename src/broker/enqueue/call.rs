@@ -160,9 +160,9 @@ impl Transaction {
 }
 
 fn protocol(detail: String) -> Error {
-    Error::Redis(redis::RedisError::from((
-        redis::ErrorKind::TypeError,
-        "unexpected reply to the enqueue transaction",
+    Error::Contract {
+        dependency: Some(crate::error::Dependency::Redis),
+        what: "unexpected reply to the enqueue transaction",
         detail,
-    )))
+    }
 }

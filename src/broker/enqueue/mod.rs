@@ -307,11 +307,11 @@ impl Enqueuer {
     ) -> Result<()> {
         let reply = call.send(con).await?;
         if reply.len() != sent.len() {
-            return Err(Error::Redis(redis::RedisError::from((
-                redis::ErrorKind::TypeError,
-                "enqueue script answered the wrong number of results",
-                format!("{} results for {} jobs", reply.len(), sent.len()),
-            ))));
+            return Err(Error::Contract {
+                dependency: Some(crate::error::Dependency::Redis),
+                what: "enqueue script answered the wrong number of results",
+                detail: format!("{} results for {} jobs", reply.len(), sent.len()),
+            });
         }
         for (&i, value) in sent.iter().zip(reply) {
             results[i] = Some(match value {
