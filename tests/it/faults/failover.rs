@@ -348,6 +348,14 @@ async fn a_plain_url_leaves_a_demoted_primary_for_the_new_one(pool: PgPool) {
         },
     )
     .await;
+    // FAILOVER refuses a target its primary does not list as online yet ("FAILOVER target
+    // replica is not online"), which comes a moment after the replica's link is up.
+    let online = format!("port={},state=online", b.port);
+    let online = &online;
+    wait_until("A lists B online", Duration::from_secs(30), || async move {
+        info_replication(au).await.contains(online.as_str())
+    })
+    .await;
     // The switch, as an operator makes it: FAILOVER on A pauses its writers until B has
     // caught up, then makes B the primary and A its replica; then new connections go to B.
     redis_cmd(
