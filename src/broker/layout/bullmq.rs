@@ -30,7 +30,7 @@ use std::fmt::Write as _;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{Layout, LayoutKind, Unfit};
+use super::{refuse_flows, Layout, LayoutKind, Unfit};
 use crate::job::Job;
 
 /// The layout.
@@ -92,20 +92,11 @@ impl Layout for Bullmq {
 
     /// The job's data (the payload, checked to be JSON).
     fn encode(&self, job: &Job, buf: &mut Vec<u8>) -> std::result::Result<(), Unfit> {
-        let named: Vec<String> = [
-            ("parent_uuid", job.parent_uuid),
-            ("predecessor_uuid", job.predecessor_uuid),
-        ]
-        .into_iter()
-        .filter_map(|(column, u)| u.map(|u| format!("{column} {u}")))
-        .collect();
-        if !named.is_empty() {
-            return Err(Unfit(format!(
-                "the bullmq layout has no flows (a BullMQ parent waits for its children, a \
-                 FlowProducer's tree, not a job that waits for its parent): the row names {}",
-                named.join(" and ")
-            )));
-        }
+        refuse_flows(
+            job,
+            "the bullmq layout has no flows (a BullMQ parent waits for its children, a \
+                 FlowProducer's tree, not a job that waits for its parent)",
+        )?;
         if job.queue.contains(':') {
             // QueueBase's constructor: "Queue name cannot contain :".
             return Err(Unfit(format!(

@@ -185,6 +185,25 @@ pub(crate) fn job_keys(layout: &dyn Layout, namespace: &str, job: &Job, out: &mu
     queue_at
 }
 
+/// Refuses a job that names a parent or predecessor, in a layout whose runner has no flows of
+/// jobrelay's kind: `Unfit("<why>: the row names parent_uuid <u> and predecessor_uuid <u>")`.
+pub(crate) fn refuse_flows(job: &Job, why: &str) -> Result<(), Unfit> {
+    let named: Vec<String> = [
+        ("parent_uuid", job.parent_uuid),
+        ("predecessor_uuid", job.predecessor_uuid),
+    ]
+    .into_iter()
+    .filter_map(|(column, u)| u.map(|u| format!("{column} {u}")))
+    .collect();
+    if named.is_empty() {
+        return Ok(());
+    }
+    Err(Unfit(format!(
+        "{why}: the row names {}",
+        named.join(" and ")
+    )))
+}
+
 /// `u` lower-case hyphenated into `buf`, or `""`.
 pub(crate) fn uuid_str(u: Option<Uuid>, buf: &mut [u8; 45]) -> &str {
     match u {

@@ -105,6 +105,9 @@ impl Shelf {
 #[error("{0}")]
 pub struct NoShelf(pub String);
 
+/// A job hash's field and value pairs, as `HGETALL` gives them.
+pub type HashFields<'a> = &'a [(Vec<u8>, Vec<u8>)];
+
 /// One stored job as read from Redis.
 #[derive(Debug, Clone, Copy)]
 pub enum Stored<'a> {
@@ -115,7 +118,7 @@ pub enum Stored<'a> {
         /// The id, as the shelf holds it.
         id: &'a str,
         /// Field and value pairs; empty when no such hash exists.
-        fields: &'a [(Vec<u8>, Vec<u8>)],
+        fields: HashFields<'a>,
     },
 }
 
@@ -149,6 +152,33 @@ impl Decoded {
     /// The value of a field.
     pub fn get(&self, name: &str) -> Option<&Value> {
         self.fields.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    /// The start of a job hash's decoding (its id as uuid and first field), with its fields; or
+    /// why `stored` is none: a list element (`runner` names whose job id it is not) or an id
+    /// without a hash.
+    pub fn of_job_hash<'a>(
+        stored: Stored<'a>,
+        runner: &str,
+    ) -> Result<(Decoded, HashFields<'a>), Decoded> {
+        let Stored::Hash { id, fields } = stored else {
+            return Err(Decoded::undecodable(
+                format!("a list element, not {runner} job id"),
+                &[],
+            ));
+        };
+        if fields.is_empty() {
+            return Err(Decoded::undecodable(
+                format!("no job hash for the id {id:?}"),
+                id.as_bytes(),
+            ));
+        }
+        let mut d = Decoded {
+            uuid: Some(id.to_owned()),
+            ..Decoded::default()
+        };
+        d.field("id", id);
+        Ok((d, fields))
     }
 
     /// A stored value that is not a job of the layout: why, and its bytes.

@@ -34,7 +34,7 @@ use chrono::{DateTime, Utc};
 
 use self::pyrepr::Py;
 use super::args_kwargs::split_payload;
-use super::{push_keys, Layout, LayoutKind, Unfit};
+use super::{push_keys, refuse_flows, Layout, LayoutKind, Unfit};
 use crate::job::{epoch_score, Job};
 
 /// The layout.
@@ -213,20 +213,11 @@ impl Rq {
     /// `created_at`, `enqueued_at` (empty for a job with a `run_at`: the script adds it only if
     /// the job is queued), `data`, `description`, `meta` (empty: none).
     fn encode_fields(job: &Job, now: DateTime<Utc>, buf: &mut Vec<u8>) -> Result<(), Unfit> {
-        let named: Vec<String> = [
-            ("parent_uuid", job.parent_uuid),
-            ("predecessor_uuid", job.predecessor_uuid),
-        ]
-        .into_iter()
-        .filter_map(|(column, u)| u.map(|u| format!("{column} {u}")))
-        .collect();
-        if !named.is_empty() {
-            return Err(Unfit(format!(
-                "the rq layout has no flows (RQ's depends_on takes a job that does not exist yet \
-                 for finished, and RQ has no parent jobs): the row names {}",
-                named.join(" and ")
-            )));
-        }
+        refuse_flows(
+            job,
+            "the rq layout has no flows (RQ's depends_on takes a job that does not exist yet \
+                 for finished, and RQ has no parent jobs)",
+        )?;
         let (args, kwargs) = split_payload(&job.payload, SHAPE)?;
         let mut desc = String::with_capacity(job.job_type.len() + args.len() + kwargs.len() + 8);
         description(&job.job_type, args, kwargs, &mut desc)?;

@@ -27,7 +27,7 @@ use std::io::Write as _;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{push_keys, Layout, LayoutKind, Unfit};
+use super::{push_keys, refuse_flows, Layout, LayoutKind, Unfit};
 use crate::job::{epoch_score, Job};
 
 /// The layout.
@@ -209,19 +209,7 @@ impl Layout for Sidekiq {
     }
 
     fn encode(&self, job: &Job, buf: &mut Vec<u8>) -> std::result::Result<(), Unfit> {
-        let named: Vec<String> = [
-            ("parent_uuid", job.parent_uuid),
-            ("predecessor_uuid", job.predecessor_uuid),
-        ]
-        .into_iter()
-        .filter_map(|(column, u)| u.map(|u| format!("{column} {u}")))
-        .collect();
-        if !named.is_empty() {
-            return Err(Unfit(format!(
-                "the sidekiq layout has no flows: the row names {}",
-                named.join(" and ")
-            )));
-        }
+        refuse_flows(job, "the sidekiq layout has no flows")?;
         let args = args_of(&job.payload)?;
         // As the client's atomic_push: the moment of the push, for a job bound for its queue.
         let enqueued_at = job.run_at.is_none().then(Utc::now);

@@ -35,17 +35,10 @@ impl Peek for Bullmq {
 
     /// The job hash's fields as `HGETALL` gives them, `data` and `opts` parsed as JSON.
     fn decode(&self, stored: Stored<'_>) -> Decoded {
-        let Stored::Hash { id, fields } = stored else {
-            return Decoded::undecodable("a list element, not a BullMQ job id", &[]);
+        let (mut d, fields) = match Decoded::of_job_hash(stored, "a BullMQ") {
+            Ok(found) => found,
+            Err(undecodable) => return undecodable,
         };
-        if fields.is_empty() {
-            return Decoded::undecodable(format!("no job hash for the id {id:?}"), id.as_bytes());
-        }
-        let mut d = Decoded {
-            uuid: Some(id.to_owned()),
-            ..Decoded::default()
-        };
-        d.field("id", id);
         hash_fields(&mut d, fields, |d, name, value| {
             let json = matches!(name, "data" | "opts");
             match std::str::from_utf8(value) {

@@ -34,17 +34,10 @@ impl Peek for Rq {
     /// The job hash's fields as `HGETALL` gives them; `data` inflated (zlib) and parsed as the
     /// JSON serializer's `[func_name, instance, args, kwargs]`, `meta` parsed as JSON.
     fn decode(&self, stored: Stored<'_>) -> Decoded {
-        let Stored::Hash { id, fields } = stored else {
-            return Decoded::undecodable("a list element, not an RQ job id", &[]);
+        let (mut d, fields) = match Decoded::of_job_hash(stored, "an RQ") {
+            Ok(found) => found,
+            Err(undecodable) => return undecodable,
         };
-        if fields.is_empty() {
-            return Decoded::undecodable(format!("no job hash for the id {id:?}"), id.as_bytes());
-        }
-        let mut d = Decoded {
-            uuid: Some(id.to_owned()),
-            ..Decoded::default()
-        };
-        d.field("id", id);
         hash_fields(&mut d, fields, |d, name, value| match name {
             "data" => {
                 match miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(value, MAX_DATA) {
