@@ -72,6 +72,17 @@ pub struct Shelf {
 }
 
 impl Shelf {
+    /// The list of the jobs held for `uuid` in a layout with flows,
+    /// `<namespace><job_infix><uuid>:children` (or `:onComplete`), popped from the right.
+    pub fn held(namespace: &str, job_infix: &str, uuid: &str, on_complete: bool) -> Shelf {
+        let list = if on_complete {
+            "onComplete"
+        } else {
+            "children"
+        };
+        Shelf::list(format!("{namespace}{job_infix}{uuid}:{list}"), End::Right)
+    }
+
     /// A list of encoded jobs popped from `end`.
     pub fn list(key: String, end: End) -> Shelf {
         Shelf {

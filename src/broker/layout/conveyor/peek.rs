@@ -5,7 +5,7 @@
 use prost::Message;
 use serde_json::Value;
 
-use super::super::peek::{timestamp_value, Decoded, End, NoShelf, Peek, Shelf, Stored};
+use super::super::peek::{timestamp_value, Decoded, NoShelf, Peek, Shelf, Stored};
 use super::Conveyor;
 use crate::proto::wire;
 
@@ -15,15 +15,7 @@ impl Peek for Conveyor {
     }
 
     fn held_shelf(&self, namespace: &str, uuid: &str, on_complete: bool) -> Result<Shelf, NoShelf> {
-        let list = if on_complete {
-            "onComplete"
-        } else {
-            "children"
-        };
-        Ok(Shelf::list(
-            format!("{namespace}job:{uuid}:{list}"),
-            End::Right,
-        ))
+        Ok(Shelf::held(namespace, "job:", uuid, on_complete))
     }
 
     fn decode(&self, stored: Stored<'_>) -> Decoded {
