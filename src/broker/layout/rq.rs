@@ -7,7 +7,7 @@
 //!   `Queue._enqueue_async_job` / `schedule_job` (rq/queue.py) leave them for a job enqueued with
 //!   the queue's defaults: `created_at` (the row's), `data`, the empty callback names and
 //!   run-time fields, `origin` (the queue), `description` (`get_call_string`), `enqueued_at`
-//!   (queued jobs only), `timeout` (`180`, RQ's `DEFAULT_JOB_TIMEOUT`), `status` (`queued` or
+//!   (queued jobs only: Redis's clock at the call, formatted by the script), `timeout` (`180`, RQ's `DEFAULT_JOB_TIMEOUT`), `status` (`queued` or
 //!   `scheduled`), and `meta` (the row's headers as a JSON object, if any).
 //! - `data` is the JSON serializer's encoding of `(func_name, instance, args, kwargs)`:
 //!   `["<job_type>", null, <args>, <kwargs>]`, the args and kwargs as the row wrote them, in a
@@ -54,8 +54,9 @@ const QUEUE_INFIX: &str = "rq:queue:";
 const DESCRIPTION_ARG_CHARS: usize = 75;
 
 /// What one job adds to a script call besides its encoding, the namespace (twice) and its queue
-/// name: the marker key's infix and uuid (48), `rq:queue:` (9), the route (at most 24), the
-/// framing of eight bulk strings (5 each plus the digits of their lengths, at most 10 each).
+/// name: the marker key's infix and uuid (48), `rq:queue:` (9), the run_at before created_at
+/// (at most 24), the meta's frame (at most 12), the framing of five bulk strings (5 each plus
+/// the digits of their lengths, at most 10 each).
 const ARGS_OVERHEAD: usize = 200;
 
 /// What an rq payload must be (the start of each reason it is not).
@@ -183,7 +184,7 @@ fn adler32(data: &[u8]) -> u32 {
 
 /// The encoding's fields, in order: each a 4-byte big-endian length, then the bytes. The script
 /// gets them as separate arguments ([`Layout::push_args`]).
-const FIELDS: usize = 5;
+const FIELDS: usize = 3;
 
 fn field(buf: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
     let at = buf.len();
@@ -210,9 +211,10 @@ fn fields(encoded: &[u8]) -> [&[u8]; FIELDS] {
 }
 
 impl Rq {
-    /// `created_at`, `enqueued_at` (empty for a job with a `run_at`: the script adds it only if
-    /// the job is queued), `data`, `description`, `meta` (empty: none).
-    fn encode_fields(job: &Job, now: DateTime<Utc>, buf: &mut Vec<u8>) -> Result<(), Unfit> {
+    /// `created_at`, `data`, and `description`, framed with the meta when the job has headers
+    /// (`\0<n>:<n bytes of description><meta>`, the script's form: no argument of its own for
+    /// what most jobs lack). `enqueued_at` is the script's, from Redis's clock.
+    fn encode_fields(job: &Job, buf: &mut Vec<u8>) -> Result<(), Unfit> {
         refuse_flows(
             job,
             "the rq layout has no flows (RQ's depends_on takes a job that does not exist yet \
@@ -222,7 +224,6 @@ impl Rq {
         let mut desc = String::with_capacity(job.job_type.len() + args.len() + kwargs.len() + 8);
         description(&job.job_type, args, kwargs, &mut desc)?;
         field(buf, |b| utcformat(job.created_at, b));
-        field(buf, |b| utcformat(now, b));
         let mut data = Vec::with_capacity(job.job_type.len() + args.len() + kwargs.len() + 16);
         data.push(b'[');
         json_str(&job.job_type, &mut data);
@@ -232,11 +233,13 @@ impl Rq {
         data.extend_from_slice(kwargs.as_bytes());
         data.push(b']');
         field(buf, |b| zlib_stored(&data, b));
-        field(buf, |b| b.extend_from_slice(desc.as_bytes()));
         field(buf, |b| {
             if job.headers.is_empty() {
+                b.extend_from_slice(desc.as_bytes());
                 return;
             }
+            let _ = write!(DisplayBytes(b), "\0{}:", desc.len());
+            b.extend_from_slice(desc.as_bytes());
             // json.dumps of a dict of strings.
             b.push(b'{');
             for (i, (k, v)) in job.headers.iter().enumerate() {
@@ -253,21 +256,35 @@ impl Rq {
     }
 }
 
+/// `write!` into a byte buffer.
+struct DisplayBytes<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for DisplayBytes<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
 impl Layout for Rq {
     fn kind(&self) -> LayoutKind {
         LayoutKind::Rq
     }
 
     fn script(&self) -> &'static str {
-        concat!(include_str!("prelude.lua"), include_str!("rq.lua"))
+        concat!(
+            include_str!("prelude.lua"),
+            include_str!("rq_utcformat.lua"),
+            include_str!("rq.lua")
+        )
     }
 
     fn encode(&self, job: &Job, buf: &mut Vec<u8>) -> std::result::Result<(), Unfit> {
-        Rq::encode_fields(job, Utc::now(), buf)
+        Rq::encode_fields(job, buf)
     }
 
-    /// Two keys, the marker key and the queue key, and six arguments: the route (empty for a
-    /// job without `run_at`, else `run_at` in epoch seconds), then the encoding's fields.
+    /// Two keys, the marker key and the queue key, and three arguments: `created_at` (after
+    /// `@<run_at>|` for a job with a `run_at`, in epoch seconds), `data`, `description`.
     fn push_args(
         &self,
         inv: &mut redis::ScriptInvocation<'_>,
@@ -277,13 +294,18 @@ impl Layout for Rq {
         key: &mut String,
     ) {
         push_keys(self, inv, namespace, job, key);
-        if let Some(at) = job.run_at {
-            let _ = write!(key, "{}", epoch_score(at));
-        }
-        inv.arg(&*key);
-        for f in fields(encoded) {
-            inv.arg(f);
-        }
+        let [created, data, description] = fields(encoded);
+        match job.run_at {
+            None => inv.arg(created),
+            Some(at) => {
+                let _ = write!(key, "@{}|", epoch_score(at));
+                // utcformat writes ASCII.
+                key.push_str(std::str::from_utf8(created).unwrap_or_default());
+                inv.arg(&*key)
+            }
+        };
+        inv.arg(data);
+        inv.arg(description);
     }
 
     fn args_overhead(&self, namespace: &str, job: &Job, _encoded_len: usize) -> usize {

@@ -124,10 +124,16 @@ async fn the_job_hashes_hold_what_rq_reads() {
         format!("{{\"traceparent\": \"{TRACEPARENT}\"}}")
     );
     assert_eq!(hash["data"][..2], [0x78, 0x01], "a zlib stream");
+    assert_eq!(text("created_at"), utcformat(first.created_at));
+    // Redis's clock at the call, formatted by the script.
+    let enqueued =
+        chrono::NaiveDateTime::parse_from_str(&text("enqueued_at"), "%Y-%m-%dT%H:%M:%S%.6fZ")
+            .unwrap_or_else(|e| panic!("enqueued_at {:?}: {e}", text("enqueued_at")))
+            .and_utc();
+    let age = Utc::now() - enqueued;
     assert!(
-        text("enqueued_at").ends_with('Z'),
-        "{}",
-        text("enqueued_at")
+        (-1..60).contains(&age.num_seconds()),
+        "enqueued_at {enqueued} is not the call's time"
     );
     let second_has_meta: bool = redis::cmd("HEXISTS")
         .arg(ns.key(&format!("rq:job:{}", second.uuid)))
@@ -142,6 +148,10 @@ async fn the_job_hashes_hold_what_rq_reads() {
         .await
         .unwrap();
     assert_eq!(later_hash["status"], b"scheduled");
+    assert_eq!(
+        later_hash["created_at"],
+        utcformat(later.created_at).as_bytes()
+    );
     assert!(!later_hash.contains_key("enqueued_at"));
     assert!(!later_hash.contains_key("meta"));
 }
@@ -219,4 +229,75 @@ async fn refused_by(ns: &Namespace, enqueuer: &Enqueuer, key: &str, j: &Job) {
         .query_async(&mut con)
         .await
         .unwrap();
+}
+
+/// A job whose `run_at` has passed is queued, its `created_at` and `enqueued_at` as a queued
+/// job's (the run_at rides on the created_at argument).
+#[tokio::test]
+async fn a_job_due_already_is_queued_with_its_timestamps() {
+    let ns = Namespace::new();
+    let enqueuer = rq_enqueuer(&ns);
+    let mut con = ns.con().await;
+    let due = JobBuilder::new("mail.q", "app.tasks.send")
+        .payload("[]")
+        .run_at(Utc::now() - chrono::Duration::seconds(3600))
+        .build()
+        .unwrap();
+    let results = enqueuer
+        .enqueue_batch(&mut con, std::slice::from_ref(&due))
+        .await
+        .unwrap();
+    assert_eq!(results[0].as_ref().unwrap(), &Outcome::Queued);
+    let hash: HashMap<String, Vec<u8>> = redis::cmd("HGETALL")
+        .arg(ns.key(&format!("rq:job:{}", due.uuid)))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(hash["status"], b"queued");
+    assert_eq!(hash["created_at"], utcformat(due.created_at).as_bytes());
+    assert!(hash["enqueued_at"].ends_with(b"Z"), "{hash:?}");
+}
+
+/// RQ's `utcformat` (`%Y-%m-%dT%H:%M:%S.%fZ`) as chrono writes it.
+fn utcformat(t: chrono::DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+/// The script's own `utcformat` (enqueued_at, from Redis's TIME) against chrono's, at the
+/// calendar's edges (year 1, the epoch, leap days, century years with and without one, year
+/// 9999) and at 2,000 instants spread over the years a job can carry.
+#[tokio::test]
+async fn the_scripts_utcformat_writes_rqs_timestamps() {
+    let ns = Namespace::new();
+    let mut con = ns.con().await;
+    let script = redis::Script::new(concat!(
+        include_str!("../../../src/broker/layout/rq_utcformat.lua"),
+        "local out = {} for i = 1, #ARGV, 2 do \
+         out[#out + 1] = utcformat(tonumber(ARGV[i]), tonumber(ARGV[i + 1])) end return out"
+    ));
+    let mut instants: Vec<(i64, u32)> = [
+        (-62_135_596_800, 0),       // 0001-01-01
+        (0, 0),                     // 1970-01-01
+        (-1, 999_999),              // 1969-12-31T23:59:59.999999
+        (951_782_400, 1),           // 2000-02-29
+        (4_107_542_400, 500_000),   // 2100-03-01 (2100 has no leap day)
+        (1_709_164_799, 0),         // 2024-02-28T23:59:59
+        (1_709_251_200, 0),         // 2024-03-01
+        (253_402_300_799, 999_999), // 9999-12-31T23:59:59.999999
+    ]
+    .to_vec();
+    let (first, last) = (-62_135_596_800i64, 253_402_300_799i64);
+    let step = (last - first) / 2_000;
+    instants
+        .extend((0..2_000).map(|i| (first + i * step + i * 7_919, (i as u32 * 4_813) % 1_000_000)));
+    let mut inv = script.prepare_invoke();
+    for (s, us) in &instants {
+        inv.arg(s).arg(us);
+    }
+    let got: Vec<String> = inv.invoke_async(&mut con).await.unwrap();
+    for ((s, us), got) in instants.iter().zip(&got) {
+        let t = chrono::DateTime::from_timestamp(*s, us * 1_000).unwrap();
+        assert_eq!(got, &utcformat(t), "{s} s {us} us");
+    }
+    assert_eq!(got.len(), instants.len());
 }
