@@ -15,6 +15,7 @@ mod cluster;
 mod descriptions;
 mod proof;
 mod script;
+mod template;
 
 use std::time::Duration;
 
