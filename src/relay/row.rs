@@ -144,14 +144,14 @@ pub(crate) struct ClaimedRow {
     pub capped: bool,
 }
 
-/// The claim's columns: [`PendingRow`]'s, then `buried` and `capped` (see
-/// [`super::Queries::claim`]).
+/// The claim's columns: [`PendingRow`]'s, then the flags `buried` and `capped`, at the positions
+/// `columns::at` names ([`super::Queries::claim`]).
 impl<'r> sqlx::FromRow<'r, PgRow> for ClaimedRow {
     fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
         Ok(ClaimedRow {
             row: PendingRow::from_row(row)?,
-            buried: row.try_get(12)?,
-            capped: row.try_get(13)?,
+            buried: row.try_get(at::BURIED)?,
+            capped: row.try_get(at::CAPPED)?,
         })
     }
 }
