@@ -1,13 +1,14 @@
-//! A claimed row, and the conversion of a row into a job.
+//! A claimed row, the conversion of a row into a job, and rows on their way back to a table.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use sqlx::postgres::PgRow;
-use sqlx::Row as _;
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::Query;
+use sqlx::{Postgres, Row as _};
 use uuid::Uuid;
 
-use crate::columns::at;
+use crate::columns::{at, COLUMNS};
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::pg_timestamp::{PgTimestamp, RELAYABLE_RANGE};
@@ -155,3 +156,113 @@ impl<'r> sqlx::FromRow<'r, PgRow> for ClaimedRow {
         })
     }
 }
+
+/// Rows on their way back to a table, as the hand-back statements take them
+/// ([`super::Queries::retry`], [`super::Queries::dead_letter`], rendered with
+/// `columns::unnest(ALL)`): one array per column, bound in the order of `columns::COLUMNS`
+/// (`$1`, `$2`, ...), `available_at` as a delay in seconds.
+#[derive(Debug, Default)]
+pub(crate) struct RowArrays {
+    id: Vec<i64>,
+    uuid: Vec<Uuid>,
+    queue: Vec<String>,
+    job_type: Vec<String>,
+    payload: Vec<Vec<u8>>,
+    parent_uuid: Vec<Option<Uuid>>,
+    predecessor_uuid: Vec<Option<Uuid>>,
+    dead_parent: Vec<bool>,
+    run_at: Vec<Option<PgTimestamp>>,
+    headers: Vec<String>,
+    created_at: Vec<PgTimestamp>,
+    attempts: Vec<i32>,
+    delay: Vec<f64>,
+    last_error: Vec<String>,
+}
+
+impl RowArrays {
+    /// Room for `n` rows.
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        RowArrays {
+            id: Vec::with_capacity(n),
+            uuid: Vec::with_capacity(n),
+            queue: Vec::with_capacity(n),
+            job_type: Vec::with_capacity(n),
+            payload: Vec::with_capacity(n),
+            parent_uuid: Vec::with_capacity(n),
+            predecessor_uuid: Vec::with_capacity(n),
+            dead_parent: Vec::with_capacity(n),
+            run_at: Vec::with_capacity(n),
+            headers: Vec::with_capacity(n),
+            created_at: Vec::with_capacity(n),
+            attempts: Vec::with_capacity(n),
+            delay: Vec::with_capacity(n),
+            last_error: Vec::with_capacity(n),
+        }
+    }
+
+    /// Adds `row` (its values moved, not copied), claimable again `delay` seconds from now
+    /// (ignored by the dead letters), with `last_error`.
+    pub(crate) fn push(&mut self, row: PendingRow, delay: f64, last_error: String) {
+        // Taken apart whole: a column added to `PendingRow` does not compile until it is here.
+        let PendingRow {
+            id,
+            uuid,
+            queue,
+            job_type,
+            payload,
+            parent_uuid,
+            predecessor_uuid,
+            dead_parent,
+            run_at,
+            headers,
+            created_at,
+            attempts,
+        } = row;
+        self.id.push(id);
+        self.uuid.push(uuid);
+        self.queue.push(queue);
+        self.job_type.push(job_type);
+        self.payload.push(payload);
+        self.parent_uuid.push(parent_uuid);
+        self.predecessor_uuid.push(predecessor_uuid);
+        self.dead_parent.push(dead_parent);
+        self.run_at.push(run_at);
+        self.headers.push(headers);
+        self.created_at.push(created_at);
+        self.attempts.push(attempts);
+        self.delay.push(delay);
+        self.last_error.push(last_error);
+    }
+
+    /// `query` with the arrays bound as its parameters, one per column in the order of
+    /// `columns::COLUMNS`: the order comes from that list, not from the order of the calls here.
+    pub(crate) fn bind(
+        mut self,
+        mut query: Query<'_, Postgres, PgArguments>,
+    ) -> Query<'_, Postgres, PgArguments> {
+        use std::mem::take;
+        for column in COLUMNS {
+            query = match column {
+                "id" => query.bind(take(&mut self.id)),
+                "uuid" => query.bind(take(&mut self.uuid)),
+                "queue" => query.bind(take(&mut self.queue)),
+                "job_type" => query.bind(take(&mut self.job_type)),
+                "payload" => query.bind(take(&mut self.payload)),
+                "parent_uuid" => query.bind(take(&mut self.parent_uuid)),
+                "predecessor_uuid" => query.bind(take(&mut self.predecessor_uuid)),
+                "dead_parent" => query.bind(take(&mut self.dead_parent)),
+                "run_at" => query.bind(take(&mut self.run_at)),
+                "headers" => query.bind(take(&mut self.headers)),
+                "created_at" => query.bind(take(&mut self.created_at)),
+                "attempts" => query.bind(take(&mut self.attempts)),
+                "available_at" => query.bind(take(&mut self.delay)),
+                "last_error" => query.bind(take(&mut self.last_error)),
+                other => unreachable!("no array for the column {other}"),
+            };
+        }
+        query
+    }
+}
+
+#[cfg(test)]
+mod tests;
