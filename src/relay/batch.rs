@@ -276,8 +276,7 @@ impl<S: JobSink> Batcher<S> {
         let (metas, jobs, mut failed) = (decoded.metas, decoded.jobs, decoded.failed);
         let pushing = Instant::now();
         let results = self.push(&jobs).await?;
-        let acknowledged =
-            self.classify(&metas, &jobs, results, &mut failed, &mut report, failures);
+        let acknowledged = self.classify(metas, jobs, results, &mut failed, &mut report, failures);
         report.stages.push = pushing.elapsed();
         report.handed_back = decoded.buried;
         let mut hand_back_failed = None;
@@ -380,13 +379,14 @@ impl<S: JobSink> Batcher<S> {
         })
     }
 
-    /// Counts each job's result; the jobs that did not make it join `failed` with their fate.
-    /// Emits what Redis answered, with the batch's `failures` so far (rows that never became
-    /// jobs). Returns the ids of the rows whose jobs Redis acknowledged.
+    /// Counts each job's result; the jobs that did not make it join `failed` with their fate,
+    /// each as the row it was claimed as ([`PendingRow::rejoin`]: its values moved back, not
+    /// copied). Emits what Redis answered, with the batch's `failures` so far (rows that never
+    /// became jobs). Returns the ids of the rows whose jobs Redis acknowledged.
     fn classify(
         &self,
-        metas: &[RowMeta],
-        jobs: &[Job],
+        metas: Vec<RowMeta>,
+        jobs: Vec<Job>,
         results: Vec<JobResult>,
         failed: &mut Vec<Failed>,
         report: &mut Report,
@@ -395,7 +395,7 @@ impl<S: JobSink> Batcher<S> {
         let now = Utc::now();
         let mut acknowledged = Vec::with_capacity(jobs.len());
         let mut first_refusal: Option<String> = None;
-        for ((meta, job), result) in metas.iter().zip(jobs).zip(results) {
+        for ((meta, job), result) in metas.into_iter().zip(jobs).zip(results) {
             let e = match result {
                 Ok(outcome) => {
                     report.outcomes[outcome.index()] += 1;
@@ -448,12 +448,10 @@ impl<S: JobSink> Batcher<S> {
                 }
             };
             tracing::debug!(uuid = %job.uuid, id = meta.id, attempts, error = %e, "job failed");
-            let meta = RowMeta {
-                id: meta.id,
-                attempts,
-            };
+            let mut row = PendingRow::rejoin(meta, job);
+            row.attempts = attempts;
             failed.push(Failed {
-                row: PendingRow::from_job(meta, job),
+                row,
                 error: e.to_string(),
                 fate,
             });

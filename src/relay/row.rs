@@ -15,7 +15,8 @@ use crate::pg_timestamp::{PgTimestamp, RELAYABLE_RANGE};
 
 /// A row as the claim query returns it (`headers` as JSON text; the timestamps as Postgres
 /// stores them, so that any value decodes and a row handed back keeps it exactly).
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
+#[cfg_attr(test, derive(Clone))]
 pub(crate) struct PendingRow {
     pub id: i64,
     pub uuid: Uuid,
@@ -54,66 +55,101 @@ impl<'r> sqlx::FromRow<'r, PgRow> for PendingRow {
     }
 }
 
-/// What the relay needs of a row besides its job.
-#[derive(Debug, Clone, Copy)]
+/// What the relay keeps of a row while its job is pushed: its id and attempts, and the values
+/// the job holds in another form (`headers` as the JSON text it was, the timestamps as Postgres
+/// stores them). With the job, it is the row again, unchanged ([`PendingRow::rejoin`]).
+#[derive(Debug)]
 pub(crate) struct RowMeta {
     pub id: i64,
     pub attempts: i32,
+    run_at: Option<PgTimestamp>,
+    created_at: PgTimestamp,
+    headers: String,
+}
+
+/// What a job holds of a row in another form than the row's: parsed and converted, once.
+struct Converted {
+    run_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+    headers: BTreeMap<String, String>,
 }
 
 impl PendingRow {
-    /// The row's job, or why it can never be one (permanent). On failure the row comes back
-    /// unchanged (a timestamp a job cannot carry, e.g. `infinity`, stays as it was).
+    /// The row's job, or why it can never be one (permanent). The row is validated before the
+    /// job is made, once: the checks of [`Job::validate`] on its own values (the timestamps'
+    /// range as they are converted), and its headers as they are parsed. On failure the row
+    /// comes back untouched (a timestamp a job cannot carry, e.g. `infinity`, stays as it
+    /// was). Nothing is copied: the job takes the row's values, [`RowMeta`] the rest.
     pub(super) fn into_job(self) -> std::result::Result<(RowMeta, Job), Box<(PendingRow, Error)>> {
-        let times = self
-            .run_at
-            .map(|t| relayable("run_at", t))
-            .transpose()
-            .and_then(|run_at| Ok((run_at, relayable("created_at", self.created_at)?)));
-        let (run_at, created_at) = match times {
-            Ok(t) => t,
+        let converted = match self.validated() {
+            Ok(c) => c,
             Err(e) => return Err(Box::new((self, e))),
         };
-        let headers = match parse_headers(&self.headers) {
-            Ok(h) => h,
-            Err(e) => return Err(Box::new((self, e))),
-        };
+        let PendingRow {
+            id,
+            uuid,
+            queue,
+            job_type,
+            payload,
+            parent_uuid,
+            predecessor_uuid,
+            dead_parent,
+            run_at,
+            headers,
+            created_at,
+            attempts,
+        } = self;
         let meta = RowMeta {
-            id: self.id,
-            attempts: self.attempts,
-        };
-        let job = Job {
-            uuid: self.uuid,
-            queue: self.queue,
-            job_type: self.job_type,
-            payload: self.payload,
-            parent_uuid: self.parent_uuid,
-            predecessor_uuid: self.predecessor_uuid,
-            dead_parent: self.dead_parent,
+            id,
+            attempts,
             run_at,
             created_at,
             headers,
         };
-        match job.validate() {
-            Ok(()) => Ok((meta, job)),
-            Err(e) => Err(Box::new((PendingRow::from_job(meta, &job), e))),
-        }
+        let job = Job {
+            uuid,
+            queue,
+            job_type,
+            payload,
+            parent_uuid,
+            predecessor_uuid,
+            dead_parent,
+            run_at: converted.run_at,
+            created_at: converted.created_at,
+            headers: converted.headers,
+        };
+        Ok((meta, job))
     }
 
-    /// The row of a job (for handing it back to the table).
-    pub(super) fn from_job(meta: RowMeta, job: &Job) -> PendingRow {
+    /// The row's values converted for its job, or why it can never be one, in this order:
+    /// `run_at`, `created_at`, `headers`, then `queue`, `job_type` and `uuid`.
+    fn validated(&self) -> Result<Converted> {
+        let run_at = self.run_at.map(|t| relayable("run_at", t)).transpose()?;
+        let created_at = relayable("created_at", self.created_at)?;
+        let headers = parse_headers(&self.headers)?;
+        crate::job::validate_identity(self.uuid, &self.queue, &self.job_type)?;
+        Ok(Converted {
+            run_at,
+            created_at,
+            headers,
+        })
+    }
+
+    /// The row `meta` and `job` were made of ([`PendingRow::into_job`]), as it was claimed:
+    /// the job's values moved back, the others from `meta` (for handing it back to a table).
+    pub(super) fn rejoin(meta: RowMeta, job: Job) -> PendingRow {
         PendingRow {
             id: meta.id,
             uuid: job.uuid,
-            queue: job.queue.clone(),
-            job_type: job.job_type.clone(),
-            payload: job.payload.clone(),
+            queue: job.queue,
+            job_type: job.job_type,
+            payload: job.payload,
             parent_uuid: job.parent_uuid,
             predecessor_uuid: job.predecessor_uuid,
             dead_parent: job.dead_parent,
-            run_at: job.run_at.map(PgTimestamp::from_datetime),
-            headers: job.headers_json(),
-            created_at: PgTimestamp::from_datetime(job.created_at),
+            run_at: meta.run_at,
+            headers: meta.headers,
+            created_at: meta.created_at,
             attempts: meta.attempts,
         }
     }

@@ -61,3 +61,81 @@ fn row_arrays_bind_the_arrays_the_hand_back_unnests_in_its_order() {
     let types = format!("types: [{}]", casts.join(", "));
     assert!(arguments.contains(&types), "{types}\n{arguments}");
 }
+
+/// A row that becomes a job and comes back (a refused job handed back) is the row as claimed:
+/// its headers' text and its timestamps as they were, not as the job holds them.
+#[test]
+fn a_row_made_a_job_and_rejoined_is_the_row_as_claimed() {
+    let claimed = PendingRow {
+        // Not as a job would print them: spaces, keys out of order.
+        headers: r#"{"b": "2",  "a": "1"}"#.into(),
+        // 9999-12-31 23:59:59.999999, the last instant a job carries.
+        run_at: Some(PgTimestamp::from_raw(2_921_940 * 86_400_000_000 - 1)),
+        ..row()
+    };
+    let (meta, job) = claimed.clone().into_job().expect("a valid row");
+    assert_eq!(job.headers.len(), 2);
+    assert_eq!((meta.id, meta.attempts), (claimed.id, claimed.attempts));
+    assert_eq!(PendingRow::rejoin(meta, job), claimed);
+}
+
+/// A row that cannot become a job comes back untouched, with the first check it fails:
+/// `run_at`, `created_at`, `headers`, then `queue`, `job_type` and `uuid`.
+#[test]
+fn a_row_that_cannot_be_a_job_comes_back_untouched() {
+    let cases = [
+        (
+            PendingRow {
+                run_at: Some(PgTimestamp::INFINITY),
+                queue: "has space".into(),
+                ..row()
+            },
+            "run_at",
+        ),
+        (
+            PendingRow {
+                created_at: PgTimestamp::NEG_INFINITY,
+                ..row()
+            },
+            "created_at",
+        ),
+        (
+            PendingRow {
+                headers: r#"{"a": 1}"#.into(),
+                queue: String::new(),
+                ..row()
+            },
+            "headers",
+        ),
+        (
+            PendingRow {
+                queue: "has space".into(),
+                uuid: Uuid::nil(),
+                ..row()
+            },
+            "queue",
+        ),
+        (
+            PendingRow {
+                job_type: String::new(),
+                ..row()
+            },
+            "job_type",
+        ),
+        (
+            PendingRow {
+                uuid: Uuid::nil(),
+                ..row()
+            },
+            "uuid",
+        ),
+    ];
+    for (claimed, field) in cases {
+        let (back, e) = *claimed.clone().into_job().expect_err(field);
+        assert_eq!(back, claimed, "{field}");
+        assert!(
+            matches!(e, Error::InvalidJob { field: f, .. } if f == field),
+            "{field}: {e}"
+        );
+    }
+}
