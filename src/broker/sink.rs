@@ -32,6 +32,9 @@ struct EvictionWatch {
 /// on it while it still answers a `PING`, the jobs concerned are pushed one by one, so that the
 /// job at fault fails alone ([`Error::Refused`]: a per-job failure, not an outage) and the jobs
 /// behind it go through.
+///
+/// It takes the jobs as valid, as [`JobSink::push`] hands them over: it does not run
+/// [`Job::validate`] again (the enqueuer's own entry points, [`Enqueuer::enqueue_batch`], do).
 #[derive(Clone)]
 pub struct RedisSink {
     enqueuer: Enqueuer,
@@ -173,8 +176,11 @@ impl RedisSink {
         );
         for &i in suspects {
             let job = std::slice::from_ref(&jobs[i]);
-            let one =
-                tokio::time::timeout_at(deadline, self.enqueuer.enqueue_batch(con, job)).await;
+            let one = tokio::time::timeout_at(
+                deadline,
+                self.enqueuer.enqueue_validated_until(con, job, None),
+            )
+            .await;
             let result = match one {
                 Err(_) => return,
                 Ok(Ok(mut r)) => r.pop().expect("one result per job"),
@@ -213,7 +219,7 @@ impl JobSink for RedisSink {
         // back), and only the rest are kept for the next batch.
         let first = self
             .enqueuer
-            .enqueue_batch_until(&mut con, jobs, Some((deadline, self.push_timeout)))
+            .enqueue_validated_until(&mut con, jobs, Some((deadline, self.push_timeout)))
             .await;
         let (mut results, at_fault) = match first {
             Ok(results) => (results, false),
