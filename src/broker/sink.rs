@@ -12,7 +12,7 @@ use crate::broker::connection::RedisConnection;
 use crate::broker::enqueue::{Enqueuer, JobResult};
 use crate::broker::layout::LayoutKind;
 use crate::broker::probe::{self, Eviction, RedisSafety};
-use crate::error::{Error, ErrorClass, Reason, Result};
+use crate::error::{Error, Reason, Result};
 use crate::job::Job;
 use crate::relay::sink::JobSink;
 
@@ -261,7 +261,7 @@ impl JobSink for RedisSink {
         self.wait_replicas(&mut con, jobs, &mut results).await;
         if results
             .iter()
-            .all(|r| matches!(r, Err(e) if e.class() == ErrorClass::Transient))
+            .all(|r| matches!(r, Err(e) if e.class().keeps_rows()))
         {
             // Nothing acknowledged after all: fail the push as a whole.
             if let Some(Err(e)) = results.into_iter().next() {

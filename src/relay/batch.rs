@@ -373,7 +373,7 @@ impl<S: JobSink> Batcher<S> {
         results.inspect_err(|e| {
             events::PushFailed {
                 jobs: jobs.len() as u64,
-                reason: e.reason(),
+                error: e,
             }
             .emit()
         })
@@ -420,7 +420,8 @@ impl<S: JobSink> Batcher<S> {
             let mut attempts = meta.attempts.saturating_add(1);
             failures.add(e.class(), e.reason(), 1);
             let fate = match e.class() {
-                ErrorClass::Transient => {
+                // A configuration error (Redis's eviction policy) keeps the rows as an outage does.
+                ErrorClass::Transient | ErrorClass::Config => {
                     // Not acknowledged while others were: kept as it was, for the next batch.
                     report.kept += 1;
                     attempts = meta.attempts;
