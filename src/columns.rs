@@ -1,64 +1,124 @@
 //! A pending row's columns, defined once. Every statement that lists them (the claim and its
 //! `RETURNING`, hand-backs, dead letters, the producer's insert, requeue) is rendered from
-//! [`COLUMNS`], and row decoding reads them at the positions named here.
+//! [`COLUMNS`], the catalog check ([`crate::db::OUTBOX_COLUMNS`]) reads their types from
+//! [`TYPED`], and row decoding reads them at the positions named here ([`at`]).
 
 use std::ops::Range;
 
-/// The outbox table's columns, in the table's own order (migration 1).
-pub(crate) const COLUMNS: [&str; 14] = [
-    "id",
-    "uuid",
-    "queue",
-    "job_type",
-    "payload",
-    "parent_uuid",
-    "predecessor_uuid",
-    "dead_parent",
-    "run_at",
-    "headers",
-    "created_at",
-    "attempts",
-    "available_at",
-    "last_error",
+/// The outbox table's columns and their types, as `format_type` prints them (`timestamptz`
+/// for `timestamp with time zone`), in the table's own order (migration 1; docs/schema.md).
+pub(crate) const TYPED: [(&str, &str); 14] = [
+    ("id", "bigint"),
+    ("uuid", "uuid"),
+    ("queue", "text"),
+    ("job_type", "text"),
+    ("payload", "bytea"),
+    ("parent_uuid", "uuid"),
+    ("predecessor_uuid", "uuid"),
+    ("dead_parent", "boolean"),
+    ("run_at", "timestamptz"),
+    ("headers", "jsonb"),
+    ("created_at", "timestamptz"),
+    ("attempts", "integer"),
+    ("available_at", "timestamptz"),
+    ("last_error", "text"),
 ];
 
-/// Every column.
-pub(crate) const ALL: Range<usize> = 0..14;
-/// What a producer writes: the job, `uuid` through `headers`.
-pub(crate) const JOB: Range<usize> = 1..10;
-/// What requeueing a dead letter moves: the job and `created_at`.
-pub(crate) const JOB_AND_CREATED: Range<usize> = 1..11;
-/// What the claim returns, in this order: `id` through `attempts`.
-pub(crate) const CLAIMED: Range<usize> = 0..12;
+/// The columns' names, in the table's order: [`TYPED`] without the types.
+pub(crate) const COLUMNS: [&str; 14] = names(TYPED);
 
-/// Positions in [`COLUMNS`] (and in the claim's `RETURNING` list) that decoding reads.
+/// Every column.
+pub(crate) const ALL: Range<usize> = 0..COLUMNS.len();
+/// What a producer writes: the job, `uuid` through `headers`.
+pub(crate) const JOB: Range<usize> = at::UUID..at::HEADERS + 1;
+/// What requeueing a dead letter moves: the job and `created_at`.
+pub(crate) const JOB_AND_CREATED: Range<usize> = at::UUID..at::CREATED_AT + 1;
+/// The columns the claim returns first, in this order: `id` through `attempts`. Two flags
+/// follow them ([`CLAIM_FLAGS`]).
+pub(crate) const CLAIMED: Range<usize> = at::ID..at::ATTEMPTS + 1;
+/// What the claim returns after the columns of [`CLAIMED`], in this order: whether the claim
+/// moved the row to the dead letters itself (`buried`), and whether the byte cap cut the batch
+/// short (`capped`).
+pub(crate) const CLAIM_FLAGS: [&str; 2] = ["buried", "capped"];
+
+/// Positions in [`COLUMNS`] (and in the claim's `RETURNING` list) that decoding reads, each
+/// found by its column's name when the crate compiles.
 pub(crate) mod at {
-    pub(crate) const ID: usize = 0;
-    pub(crate) const UUID: usize = 1;
-    pub(crate) const QUEUE: usize = 2;
-    pub(crate) const JOB_TYPE: usize = 3;
-    pub(crate) const PAYLOAD: usize = 4;
-    pub(crate) const PARENT_UUID: usize = 5;
-    pub(crate) const PREDECESSOR_UUID: usize = 6;
-    pub(crate) const DEAD_PARENT: usize = 7;
-    pub(crate) const RUN_AT: usize = 8;
-    pub(crate) const HEADERS: usize = 9;
-    pub(crate) const CREATED_AT: usize = 10;
-    pub(crate) const ATTEMPTS: usize = 11;
+    use super::{position, CLAIMED, CLAIM_FLAGS, COLUMNS};
+
+    pub(crate) const ID: usize = position(&COLUMNS, "id");
+    pub(crate) const UUID: usize = position(&COLUMNS, "uuid");
+    pub(crate) const QUEUE: usize = position(&COLUMNS, "queue");
+    pub(crate) const JOB_TYPE: usize = position(&COLUMNS, "job_type");
+    pub(crate) const PAYLOAD: usize = position(&COLUMNS, "payload");
+    pub(crate) const PARENT_UUID: usize = position(&COLUMNS, "parent_uuid");
+    pub(crate) const PREDECESSOR_UUID: usize = position(&COLUMNS, "predecessor_uuid");
+    pub(crate) const DEAD_PARENT: usize = position(&COLUMNS, "dead_parent");
+    pub(crate) const RUN_AT: usize = position(&COLUMNS, "run_at");
+    pub(crate) const HEADERS: usize = position(&COLUMNS, "headers");
+    pub(crate) const CREATED_AT: usize = position(&COLUMNS, "created_at");
+    pub(crate) const ATTEMPTS: usize = position(&COLUMNS, "attempts");
+    /// The claim's flag `buried`, after the columns of [`CLAIMED`].
+    pub(crate) const BURIED: usize = CLAIMED.end + position(&CLAIM_FLAGS, "buried");
+    /// The claim's flag `capped`, after the columns of [`CLAIMED`].
+    pub(crate) const CAPPED: usize = CLAIMED.end + position(&CLAIM_FLAGS, "capped");
 }
 
-/// The element type of the array that carries a column into `unnest`: `headers` travels as
-/// text (cast to jsonb on the way in), `available_at` as a delay in seconds.
+/// The names of `typed`.
+const fn names<const N: usize>(typed: [(&'static str, &'static str); N]) -> [&'static str; N] {
+    let mut out = [""; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = typed[i].0;
+        i += 1;
+    }
+    out
+}
+
+/// Where `name` is in `names`; fails the build when it is not there.
+const fn position(names: &[&str], name: &str) -> usize {
+    let mut i = 0;
+    while i < names.len() {
+        if same(names[i], name) {
+            return i;
+        }
+        i += 1;
+    }
+    panic!("no such column")
+}
+
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The type of `column` ([`TYPED`]).
+fn sql_type(column: &str) -> &'static str {
+    TYPED
+        .iter()
+        .find(|(name, _)| *name == column)
+        .map(|(_, ty)| *ty)
+        .expect("a column of TYPED")
+}
+
+/// The element type of the array that carries a column into `unnest`: the column's own type,
+/// except that `headers` travels as text (cast to jsonb on the way in) and `available_at` as a
+/// delay in seconds.
 fn array_type(column: &str) -> &'static str {
     match column {
-        "id" => "int8",
-        "uuid" | "parent_uuid" | "predecessor_uuid" => "uuid",
-        "payload" => "bytea",
-        "dead_parent" => "bool",
-        "run_at" | "created_at" => "timestamptz",
-        "attempts" => "int4",
+        "headers" => "text",
         "available_at" => "float8",
-        _ => "text",
+        c => sql_type(c),
     }
 }
 
@@ -84,7 +144,7 @@ pub(crate) fn list_with(range: Range<usize>, f: impl Fn(&str) -> String) -> Stri
         .join(", ")
 }
 
-/// `unnest($1::int8[], ...) AS u(id, ...)` over the columns in `range`, parameters from `$1`.
+/// `unnest($1::bigint[], ...) AS u(id, ...)` over the columns in `range`, parameters from `$1`.
 pub(crate) fn unnest(range: Range<usize>) -> String {
     unnest_as(range, "AS u", "")
 }
@@ -123,25 +183,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn positions_name_their_columns() {
-        let named = [
+    fn positions_name_their_columns_and_the_claim_returns_them_first() {
+        for (i, name) in [
             (at::ID, "id"),
-            (at::UUID, "uuid"),
-            (at::QUEUE, "queue"),
-            (at::JOB_TYPE, "job_type"),
             (at::PAYLOAD, "payload"),
-            (at::PARENT_UUID, "parent_uuid"),
-            (at::PREDECESSOR_UUID, "predecessor_uuid"),
-            (at::DEAD_PARENT, "dead_parent"),
-            (at::RUN_AT, "run_at"),
             (at::HEADERS, "headers"),
-            (at::CREATED_AT, "created_at"),
             (at::ATTEMPTS, "attempts"),
-        ];
-        for (i, name) in named {
+        ] {
             assert_eq!(COLUMNS[i], name);
-            assert!(CLAIMED.contains(&i), "{name} is returned by the claim");
         }
+        // The claim returns every column before `available_at`, then its two flags.
+        assert_eq!((CLAIMED.start, COLUMNS[CLAIMED.end]), (0, "available_at"));
+        assert_eq!((at::BURIED, at::CAPPED), (12, 13));
+        assert_eq!(list(JOB_AND_CREATED), format!("{}, created_at", list(JOB)));
     }
 
     #[test]
@@ -149,9 +203,11 @@ mod tests {
         assert_eq!(
             unnest(JOB),
             "unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::uuid[], $6::uuid[], \
-             $7::bool[], $8::timestamptz[], $9::text[]) AS u(uuid, queue, job_type, payload, \
+             $7::boolean[], $8::timestamptz[], $9::text[]) AS u(uuid, queue, job_type, payload, \
              parent_uuid, predecessor_uuid, dead_parent, run_at, headers)"
         );
+        assert!(unnest(ALL).starts_with("unnest($1::bigint[], "));
+        assert!(unnest(ALL).contains("$12::integer[], $13::float8[], $14::text[]"));
         assert!(unnest(ALL).ends_with("attempts, delay, last_error)"));
         assert!(from_unnest(ALL).contains("now() + u.delay * interval '1 second'"));
     }

@@ -125,23 +125,10 @@ pub fn begin_statement(statement_timeout: Duration, idle_in_transaction: Duratio
     )
 }
 
-/// The columns of an outbox table and their types (docs/schema.md). Other columns may follow.
-pub const OUTBOX_COLUMNS: [(&str, &str); 14] = [
-    ("id", "bigint"),
-    ("uuid", "uuid"),
-    ("queue", "text"),
-    ("job_type", "text"),
-    ("payload", "bytea"),
-    ("parent_uuid", "uuid"),
-    ("predecessor_uuid", "uuid"),
-    ("dead_parent", "boolean"),
-    ("run_at", "timestamptz"),
-    ("headers", "jsonb"),
-    ("created_at", "timestamptz"),
-    ("attempts", "integer"),
-    ("available_at", "timestamptz"),
-    ("last_error", "text"),
-];
+/// The columns of an outbox table and their types (docs/schema.md), as `format_type` prints
+/// them (`timestamptz` for `timestamp with time zone`), in the table's order. Other columns may
+/// follow. The same list every statement on the outbox is rendered from.
+pub const OUTBOX_COLUMNS: [(&str, &str); 14] = crate::columns::TYPED;
 
 /// The dead-letter table's column besides [`OUTBOX_COLUMNS`] (docs/schema.md).
 pub const DEAD_LETTER_COLUMN: (&str, &str) = ("dead_at", "timestamptz");

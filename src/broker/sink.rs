@@ -12,7 +12,7 @@ use crate::broker::connection::RedisConnection;
 use crate::broker::enqueue::{Enqueuer, JobResult};
 use crate::broker::layout::LayoutKind;
 use crate::broker::probe::{self, Eviction, RedisSafety};
-use crate::error::{Error, ErrorClass, Reason, Result};
+use crate::error::{Error, Reason, Result};
 use crate::job::Job;
 use crate::relay::sink::JobSink;
 
@@ -32,6 +32,9 @@ struct EvictionWatch {
 /// on it while it still answers a `PING`, the jobs concerned are pushed one by one, so that the
 /// job at fault fails alone ([`Error::Refused`]: a per-job failure, not an outage) and the jobs
 /// behind it go through.
+///
+/// It takes the jobs as valid, as [`JobSink::push`] hands them over: it does not run
+/// [`Job::validate`] again (the enqueuer's own entry points, [`Enqueuer::enqueue_batch`], do).
 #[derive(Clone)]
 pub struct RedisSink {
     enqueuer: Enqueuer,
@@ -173,8 +176,11 @@ impl RedisSink {
         );
         for &i in suspects {
             let job = std::slice::from_ref(&jobs[i]);
-            let one =
-                tokio::time::timeout_at(deadline, self.enqueuer.enqueue_batch(con, job)).await;
+            let one = tokio::time::timeout_at(
+                deadline,
+                self.enqueuer.enqueue_validated_until(con, job, None),
+            )
+            .await;
             let result = match one {
                 Err(_) => return,
                 Ok(Ok(mut r)) => r.pop().expect("one result per job"),
@@ -213,7 +219,7 @@ impl JobSink for RedisSink {
         // back), and only the rest are kept for the next batch.
         let first = self
             .enqueuer
-            .enqueue_batch_until(&mut con, jobs, Some((deadline, self.push_timeout)))
+            .enqueue_validated_until(&mut con, jobs, Some((deadline, self.push_timeout)))
             .await;
         let (mut results, at_fault) = match first {
             Ok(results) => (results, false),
@@ -255,7 +261,7 @@ impl JobSink for RedisSink {
         self.wait_replicas(&mut con, jobs, &mut results).await;
         if results
             .iter()
-            .all(|r| matches!(r, Err(e) if e.class() == ErrorClass::Transient))
+            .all(|r| matches!(r, Err(e) if e.class().keeps_rows()))
         {
             // Nothing acknowledged after all: fail the push as a whole.
             if let Some(Err(e)) = results.into_iter().next() {

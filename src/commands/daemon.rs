@@ -93,6 +93,7 @@ async fn drain(config: &Config, shutdown: &CancellationToken, tracker: &TaskTrac
                 failed_per_job = t.per_job,
                 failed_permanent = t.permanent,
                 failed_transient = t.transient,
+                failed_config = t.config,
                 dead_lettered = t.dead_lettered,
                 "shutdown complete"
             );

@@ -16,7 +16,8 @@ pub use self::reason::Reason;
 /// Everything the jobrelay library can fail with.
 ///
 /// [`Error::class`] tells what a caller should do about it: retry the whole batch later
-/// (transient), count an attempt against the one job (per-job), or give the job up (permanent).
+/// (transient), count an attempt against the one job (per-job), give the job up (permanent),
+/// or have an operator change a configuration (config).
 /// [`Error::reason`] names the failure for operators.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -104,11 +105,15 @@ pub enum Error {
     Database(#[source] sqlx::Error),
 
     /// `--table` names an existing table of another shape than an outbox's (an application's
-    /// own table, say): nothing was changed. A configuration error, not a row's.
+    /// own table, say): nothing was changed. A configuration error ([`ErrorClass::Config`]),
+    /// not a row's.
     #[error("{0}")]
     NotAnOutbox(UnfitOutbox),
 
-    /// Applying the embedded migrations failed.
+    /// Applying the embedded migrations failed: transient when Postgres failed a statement;
+    /// a configuration error ([`ErrorClass::Config`]) when the database's migration history
+    /// disagrees with this binary's (a migration applied that this binary does not have, or
+    /// has in another version; one left partly applied).
     #[error("migration failed: {0}")]
     Migrate(#[source] sqlx::migrate::MigrateError),
 
@@ -126,7 +131,8 @@ pub enum Error {
 
     /// Redis's `maxmemory-policy` lets it evict keys: queued jobs and dedup markers could
     /// vanish without a trace. The relay does not push there unless `--redis-allow-eviction`
-    /// accepts it. Transient: it pushes again once the policy is `noeviction`.
+    /// accepts it. A configuration error ([`ErrorClass::Config`]): the rows are kept, and it
+    /// pushes again once the policy is `noeviction`.
     #[error(
         "maxmemory-policy is {policy}: Redis may evict queued jobs and dedup markers; set it to \
          noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf or the provider's \
@@ -228,16 +234,36 @@ pub enum ErrorClass {
     PerJob,
     /// This row can never become a valid job: dead-letter at once.
     Permanent,
+    /// A configuration is wrong, jobrelay's or a dependency's, and only an operator's change
+    /// fixes it (an existing `--table` of another shape, a Redis that may evict keys). The
+    /// rows are kept with their `attempts`, as for a transient failure, and the relay checks
+    /// again, so that the fix takes effect without a restart.
+    Config,
 }
 
 impl ErrorClass {
+    /// Every class, in the order of the labels' documentation.
+    pub const ALL: [ErrorClass; 4] = [
+        ErrorClass::Transient,
+        ErrorClass::PerJob,
+        ErrorClass::Permanent,
+        ErrorClass::Config,
+    ];
+
     /// The label used in `jobrelay_job_failures_total{kind}`.
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorClass::Transient => "transient",
             ErrorClass::PerJob => "per_job",
             ErrorClass::Permanent => "permanent",
+            ErrorClass::Config => "config",
         }
+    }
+
+    /// Whether the rows a failure of this class concerns are kept as they were (`attempts`
+    /// unchanged): transient and configuration errors.
+    pub fn keeps_rows(self) -> bool {
+        matches!(self, ErrorClass::Transient | ErrorClass::Config)
     }
 }
 
@@ -269,13 +295,16 @@ impl Error {
             | Error::Unfit { .. }
             | Error::TooLarge { .. } => ErrorClass::Permanent,
             Error::Refused { .. } => ErrorClass::PerJob,
+            Error::NotAnOutbox(_) | Error::EvictionPolicy { .. } => ErrorClass::Config,
+            Error::Migrate(e) => match e {
+                sqlx::migrate::MigrateError::Execute(_)
+                | sqlx::migrate::MigrateError::ExecuteMigration(..) => ErrorClass::Transient,
+                _ => ErrorClass::Config,
+            },
             Error::Unacknowledged { .. }
             | Error::Redis(_)
             | Error::Database(_)
-            | Error::Migrate(_)
-            | Error::NotAnOutbox(_)
             | Error::NotWritable { .. }
-            | Error::EvictionPolicy { .. }
             | Error::ReplicasBehind { .. }
             | Error::Timeout { .. }
             | Error::Contract { .. }

@@ -159,18 +159,19 @@ fn broken_connections_are_told_from_timeouts() {
 }
 
 #[test]
-fn policy_and_replica_refusals_are_redis_outages() {
+fn an_evicting_policy_is_redis_misconfigured_and_replicas_behind_an_outage() {
     let e = Error::EvictionPolicy {
         policy: "allkeys-lru".into(),
     };
     assert_eq!(
         (e.class(), e.reason(), e.dependency()),
         (
-            ErrorClass::Transient,
+            ErrorClass::Config,
             Reason::EvictionPolicy,
             Some(Dependency::Redis)
         )
     );
+    assert!(e.class().keeps_rows());
     let line = e.to_string();
     assert!(
         line.contains("allkeys-lru") && line.contains("noeviction") && !line.contains('\n'),
@@ -252,4 +253,31 @@ fn a_broken_contract_is_transient_and_names_its_dependency() {
             "enqueue script answered the wrong number of results: 2 results for 3 jobs"
         );
     }
+}
+
+/// What only an operator's change fixes is a configuration error of its own class, labelled
+/// `config`; its rows are kept as an outage's are.
+#[test]
+fn configuration_errors_are_a_class_of_their_own() {
+    use sqlx::migrate::MigrateError;
+    let not_an_outbox = Error::NotAnOutbox(UnfitOutbox {
+        outbox: "orders".into(),
+        table: "orders".into(),
+        problems: vec!["missing columns uuid uuid".into()],
+    });
+    let history = Error::Migrate(MigrateError::VersionMissing(99));
+    for e in [&not_an_outbox, &history] {
+        assert_eq!(e.class(), ErrorClass::Config, "{e}");
+    }
+    // Postgres failing the migration's statements is an outage, not a configuration.
+    let failed = Error::Migrate(MigrateError::Execute(sqlx::Error::PoolTimedOut));
+    assert_eq!(failed.class(), ErrorClass::Transient);
+    assert_eq!(ErrorClass::Config.as_str(), "config");
+    let labels: std::collections::HashSet<_> = ErrorClass::ALL.map(ErrorClass::as_str).into();
+    assert_eq!(labels.len(), ErrorClass::ALL.len());
+    let kept: Vec<_> = ErrorClass::ALL
+        .into_iter()
+        .filter(|c| c.keeps_rows())
+        .collect();
+    assert_eq!(kept, [ErrorClass::Transient, ErrorClass::Config]);
 }

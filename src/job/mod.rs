@@ -93,6 +93,18 @@ pub fn validate_job_type(job_type: &str) -> Result<()> {
     Ok(())
 }
 
+/// The checks of [`Job::validate`] besides the timestamps': the queue, the job type, a uuid
+/// that is not nil. The relay runs them on a row's own values before it makes the job
+/// (`relay::row`), and checks the timestamps as it converts them.
+pub(crate) fn validate_identity(uuid: Uuid, queue: &str, job_type: &str) -> Result<()> {
+    validate_queue(queue)?;
+    validate_job_type(job_type)?;
+    if uuid.is_nil() {
+        return Err(Error::invalid("uuid", "must not be the nil uuid"));
+    }
+    Ok(())
+}
+
 /// Checks that a protobuf Timestamp can carry `t` (docs/wire.md): the years 0001..=9999 in UTC.
 fn validate_timestamp(field: &'static str, t: DateTime<Utc>) -> Result<()> {
     if (1..=9999).contains(&t.year()) {
@@ -111,11 +123,7 @@ impl Job {
     /// 0001-01-01T00:00:00Z ..= 9999-12-31T23:59:59.999999999Z), refusing them with
     /// [`Error::InvalidJob`] naming `run_at` or `created_at`. A failure is permanent.
     pub fn validate(&self) -> Result<()> {
-        validate_queue(&self.queue)?;
-        validate_job_type(&self.job_type)?;
-        if self.uuid.is_nil() {
-            return Err(Error::invalid("uuid", "must not be the nil uuid"));
-        }
+        validate_identity(self.uuid, &self.queue, &self.job_type)?;
         if let Some(t) = self.run_at {
             validate_timestamp("run_at", t)?;
         }

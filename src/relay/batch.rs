@@ -276,8 +276,7 @@ impl<S: JobSink> Batcher<S> {
         let (metas, jobs, mut failed) = (decoded.metas, decoded.jobs, decoded.failed);
         let pushing = Instant::now();
         let results = self.push(&jobs).await?;
-        let acknowledged =
-            self.classify(&metas, &jobs, results, &mut failed, &mut report, failures);
+        let acknowledged = self.classify(metas, jobs, results, &mut failed, &mut report, failures);
         report.stages.push = pushing.elapsed();
         report.handed_back = decoded.buried;
         let mut hand_back_failed = None;
@@ -374,19 +373,20 @@ impl<S: JobSink> Batcher<S> {
         results.inspect_err(|e| {
             events::PushFailed {
                 jobs: jobs.len() as u64,
-                reason: e.reason(),
+                error: e,
             }
             .emit()
         })
     }
 
-    /// Counts each job's result; the jobs that did not make it join `failed` with their fate.
-    /// Emits what Redis answered, with the batch's `failures` so far (rows that never became
-    /// jobs). Returns the ids of the rows whose jobs Redis acknowledged.
+    /// Counts each job's result; the jobs that did not make it join `failed` with their fate,
+    /// each as the row it was claimed as ([`PendingRow::rejoin`]: its values moved back, not
+    /// copied). Emits what Redis answered, with the batch's `failures` so far (rows that never
+    /// became jobs). Returns the ids of the rows whose jobs Redis acknowledged.
     fn classify(
         &self,
-        metas: &[RowMeta],
-        jobs: &[Job],
+        metas: Vec<RowMeta>,
+        jobs: Vec<Job>,
         results: Vec<JobResult>,
         failed: &mut Vec<Failed>,
         report: &mut Report,
@@ -395,7 +395,7 @@ impl<S: JobSink> Batcher<S> {
         let now = Utc::now();
         let mut acknowledged = Vec::with_capacity(jobs.len());
         let mut first_refusal: Option<String> = None;
-        for ((meta, job), result) in metas.iter().zip(jobs).zip(results) {
+        for ((meta, job), result) in metas.into_iter().zip(jobs).zip(results) {
             let e = match result {
                 Ok(outcome) => {
                     report.outcomes[outcome.index()] += 1;
@@ -420,7 +420,8 @@ impl<S: JobSink> Batcher<S> {
             let mut attempts = meta.attempts.saturating_add(1);
             failures.add(e.class(), e.reason(), 1);
             let fate = match e.class() {
-                ErrorClass::Transient => {
+                // A configuration error (Redis's eviction policy) keeps the rows as an outage does.
+                ErrorClass::Transient | ErrorClass::Config => {
                     // Not acknowledged while others were: kept as it was, for the next batch.
                     report.kept += 1;
                     attempts = meta.attempts;
@@ -448,12 +449,10 @@ impl<S: JobSink> Batcher<S> {
                 }
             };
             tracing::debug!(uuid = %job.uuid, id = meta.id, attempts, error = %e, "job failed");
-            let meta = RowMeta {
-                id: meta.id,
-                attempts,
-            };
+            let mut row = PendingRow::rejoin(meta, job);
+            row.attempts = attempts;
             failed.push(Failed {
-                row: PendingRow::from_job(meta, job),
+                row,
                 error: e.to_string(),
                 fate,
             });

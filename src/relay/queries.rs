@@ -24,8 +24,9 @@ pub struct Queries {
     /// least that long ago, and rows whose `created_at` no age can be taken of (beyond the
     /// range a job can carry: `infinity`, year 10000; the relay dead-letters them). A row whose payload is over `$4` bytes (`--max-job-size`) is moved
     /// to the dead-letter table by the same statement, without its payload ever leaving
-    /// Postgres: it comes back with an empty payload and the 13th column `true`. The 14th
-    /// column says the byte cap cut the batch short (more rows are waiting). The delete
+    /// Postgres: it comes back with an empty payload and the flag `buried` true. The flag
+    /// `capped` says the byte cap cut the batch short (more rows are waiting). The columns
+    /// come first, then the two flags (`columns::CLAIMED`, `columns::CLAIM_FLAGS`). The delete
     /// only becomes visible at commit, which the relay issues after Redis acknowledged the
     /// jobs; until then the rows stay locked, and a rollback brings them back untouched.
     pub claim: String,
@@ -111,12 +112,23 @@ impl Queries {
         // comes back empty (it was buried), the headers as JSON text.
         let returning = columns::list_with(CLAIMED, |c| match c {
             "payload" => {
-                "CASE WHEN octet_length(payload) > $4::int8 THEN ''::bytea ELSE payload END"
+                "CASE WHEN octet_length(payload) > $4::int8 THEN ''::bytea ELSE payload END \
+                 AS payload"
                     .to_owned()
             }
             "headers" => "headers::text AS headers".to_owned(),
             c => c.to_owned(),
         });
+        // Then the flags, in the order of `columns::CLAIM_FLAGS` (`at::BURIED`, `at::CAPPED`):
+        // whether the claim moved the row to the dead letters (its payload over `$4`), and
+        // whether the byte cap left locked rows out of this batch.
+        let flags = columns::CLAIM_FLAGS
+            .map(|flag| match flag {
+                "buried" => "octet_length(payload) > $4::int8 AS buried",
+                "capped" => "NOT (SELECT all_fit FROM fits) AS capped",
+                other => unreachable!("claim flag {other}"),
+            })
+            .join(", ");
         let unnest = columns::unnest(ALL);
         let from_unnest = columns::from_unnest(ALL);
         // While no pending row names a parent or a predecessor (one look into each partial
@@ -158,7 +170,7 @@ impl Queries {
             // as the statement's snapshot saw it) and deleted by the main DELETE with the
             // others; the DELETE returns it without its payload, flagged.
             // Rows come back in physical order; the relay sorts them by `id`.
-            // `ClaimedRow` decodes the RETURNING list by position: keep the two in step.
+            // `ClaimedRow` decodes the RETURNING list by the positions `columns::at` names.
             claim: format!(
                 "WITH slot AS (
                      SELECT set_config('jobrelay.slot_held', ($5::int4 = 0 OR EXISTS (
@@ -203,9 +215,7 @@ impl Queries {
                  WHERE ctid = ANY(CASE WHEN (SELECT all_fit FROM fits)
                                        THEN ARRAY(SELECT ctid FROM locked)
                                        ELSE ARRAY(SELECT ctid FROM taken) END)
-                 RETURNING {returning},
-                           octet_length(payload) > $4::int8 AS buried,
-                           NOT (SELECT all_fit FROM fits) AS capped",
+                 RETURNING {returning}, {flags}",
                 channel = sql_literal(&table.channel())
             ),
             retry: format!("INSERT INTO {t} ({row_columns}) SELECT {from_unnest} FROM {unnest}"),
@@ -237,4 +247,31 @@ impl Queries {
 /// `text` as an SQL string literal (a table name: letters, digits, `_` and `.` only).
 pub(crate) fn sql_literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::columns::{at, CLAIM_FLAGS, COLUMNS};
+
+    /// `ClaimedRow` decodes the claim's `RETURNING` list by position: each position must hold
+    /// what `columns::at` names it for.
+    #[test]
+    fn the_claim_returns_its_columns_and_flags_where_decoding_reads_them() {
+        for layout in LayoutKind::ALL {
+            let claim = Queries::for_layout(&TableName::default(), layout).claim;
+            let returning = &claim[claim.rfind("RETURNING ").unwrap() + "RETURNING ".len()..];
+            let names: Vec<&str> = returning
+                .split(", ")
+                .map(|item| item.split_whitespace().last().unwrap())
+                .collect();
+            let mut wanted: Vec<&str> = COLUMNS[CLAIMED].to_vec();
+            wanted.extend(CLAIM_FLAGS);
+            assert_eq!(names, wanted, "{layout:?}");
+            assert_eq!(
+                (names[at::PAYLOAD], names[at::BURIED], names[at::CAPPED]),
+                ("payload", "buried", "capped")
+            );
+        }
+    }
 }

@@ -1,20 +1,22 @@
-//! A claimed row, and the conversion of a row into a job.
+//! A claimed row, the conversion of a row into a job, and rows on their way back to a table.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use sqlx::postgres::PgRow;
-use sqlx::Row as _;
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::Query;
+use sqlx::{Postgres, Row as _};
 use uuid::Uuid;
 
-use crate::columns::at;
+use crate::columns::{at, COLUMNS};
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::pg_timestamp::{PgTimestamp, RELAYABLE_RANGE};
 
 /// A row as the claim query returns it (`headers` as JSON text; the timestamps as Postgres
 /// stores them, so that any value decodes and a row handed back keeps it exactly).
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
+#[cfg_attr(test, derive(Clone))]
 pub(crate) struct PendingRow {
     pub id: i64,
     pub uuid: Uuid,
@@ -53,66 +55,101 @@ impl<'r> sqlx::FromRow<'r, PgRow> for PendingRow {
     }
 }
 
-/// What the relay needs of a row besides its job.
-#[derive(Debug, Clone, Copy)]
+/// What the relay keeps of a row while its job is pushed: its id and attempts, and the values
+/// the job holds in another form (`headers` as the JSON text it was, the timestamps as Postgres
+/// stores them). With the job, it is the row again, unchanged ([`PendingRow::rejoin`]).
+#[derive(Debug)]
 pub(crate) struct RowMeta {
     pub id: i64,
     pub attempts: i32,
+    run_at: Option<PgTimestamp>,
+    created_at: PgTimestamp,
+    headers: String,
+}
+
+/// What a job holds of a row in another form than the row's: parsed and converted, once.
+struct Converted {
+    run_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+    headers: BTreeMap<String, String>,
 }
 
 impl PendingRow {
-    /// The row's job, or why it can never be one (permanent). On failure the row comes back
-    /// unchanged (a timestamp a job cannot carry, e.g. `infinity`, stays as it was).
+    /// The row's job, or why it can never be one (permanent). The row is validated before the
+    /// job is made, once: the checks of [`Job::validate`] on its own values (the timestamps'
+    /// range as they are converted), and its headers as they are parsed. On failure the row
+    /// comes back untouched (a timestamp a job cannot carry, e.g. `infinity`, stays as it
+    /// was). Nothing is copied: the job takes the row's values, [`RowMeta`] the rest.
     pub(super) fn into_job(self) -> std::result::Result<(RowMeta, Job), Box<(PendingRow, Error)>> {
-        let times = self
-            .run_at
-            .map(|t| relayable("run_at", t))
-            .transpose()
-            .and_then(|run_at| Ok((run_at, relayable("created_at", self.created_at)?)));
-        let (run_at, created_at) = match times {
-            Ok(t) => t,
+        let converted = match self.validated() {
+            Ok(c) => c,
             Err(e) => return Err(Box::new((self, e))),
         };
-        let headers = match parse_headers(&self.headers) {
-            Ok(h) => h,
-            Err(e) => return Err(Box::new((self, e))),
-        };
+        let PendingRow {
+            id,
+            uuid,
+            queue,
+            job_type,
+            payload,
+            parent_uuid,
+            predecessor_uuid,
+            dead_parent,
+            run_at,
+            headers,
+            created_at,
+            attempts,
+        } = self;
         let meta = RowMeta {
-            id: self.id,
-            attempts: self.attempts,
-        };
-        let job = Job {
-            uuid: self.uuid,
-            queue: self.queue,
-            job_type: self.job_type,
-            payload: self.payload,
-            parent_uuid: self.parent_uuid,
-            predecessor_uuid: self.predecessor_uuid,
-            dead_parent: self.dead_parent,
+            id,
+            attempts,
             run_at,
             created_at,
             headers,
         };
-        match job.validate() {
-            Ok(()) => Ok((meta, job)),
-            Err(e) => Err(Box::new((PendingRow::from_job(meta, &job), e))),
-        }
+        let job = Job {
+            uuid,
+            queue,
+            job_type,
+            payload,
+            parent_uuid,
+            predecessor_uuid,
+            dead_parent,
+            run_at: converted.run_at,
+            created_at: converted.created_at,
+            headers: converted.headers,
+        };
+        Ok((meta, job))
     }
 
-    /// The row of a job (for handing it back to the table).
-    pub(super) fn from_job(meta: RowMeta, job: &Job) -> PendingRow {
+    /// The row's values converted for its job, or why it can never be one, in this order:
+    /// `run_at`, `created_at`, `headers`, then `queue`, `job_type` and `uuid`.
+    fn validated(&self) -> Result<Converted> {
+        let run_at = self.run_at.map(|t| relayable("run_at", t)).transpose()?;
+        let created_at = relayable("created_at", self.created_at)?;
+        let headers = parse_headers(&self.headers)?;
+        crate::job::validate_identity(self.uuid, &self.queue, &self.job_type)?;
+        Ok(Converted {
+            run_at,
+            created_at,
+            headers,
+        })
+    }
+
+    /// The row `meta` and `job` were made of ([`PendingRow::into_job`]), as it was claimed:
+    /// the job's values moved back, the others from `meta` (for handing it back to a table).
+    pub(super) fn rejoin(meta: RowMeta, job: Job) -> PendingRow {
         PendingRow {
             id: meta.id,
             uuid: job.uuid,
-            queue: job.queue.clone(),
-            job_type: job.job_type.clone(),
-            payload: job.payload.clone(),
+            queue: job.queue,
+            job_type: job.job_type,
+            payload: job.payload,
             parent_uuid: job.parent_uuid,
             predecessor_uuid: job.predecessor_uuid,
             dead_parent: job.dead_parent,
-            run_at: job.run_at.map(PgTimestamp::from_datetime),
-            headers: job.headers_json(),
-            created_at: PgTimestamp::from_datetime(job.created_at),
+            run_at: meta.run_at,
+            headers: meta.headers,
+            created_at: meta.created_at,
             attempts: meta.attempts,
         }
     }
@@ -144,14 +181,124 @@ pub(crate) struct ClaimedRow {
     pub capped: bool,
 }
 
-/// The claim's columns: [`PendingRow`]'s, then `buried` and `capped` (see
-/// [`super::Queries::claim`]).
+/// The claim's columns: [`PendingRow`]'s, then the flags `buried` and `capped`, at the positions
+/// `columns::at` names ([`super::Queries::claim`]).
 impl<'r> sqlx::FromRow<'r, PgRow> for ClaimedRow {
     fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
         Ok(ClaimedRow {
             row: PendingRow::from_row(row)?,
-            buried: row.try_get(12)?,
-            capped: row.try_get(13)?,
+            buried: row.try_get(at::BURIED)?,
+            capped: row.try_get(at::CAPPED)?,
         })
     }
 }
+
+/// Rows on their way back to a table, as the hand-back statements take them
+/// ([`super::Queries::retry`], [`super::Queries::dead_letter`], rendered with
+/// `columns::unnest(ALL)`): one array per column, bound in the order of `columns::COLUMNS`
+/// (`$1`, `$2`, ...), `available_at` as a delay in seconds.
+#[derive(Debug, Default)]
+pub(crate) struct RowArrays {
+    id: Vec<i64>,
+    uuid: Vec<Uuid>,
+    queue: Vec<String>,
+    job_type: Vec<String>,
+    payload: Vec<Vec<u8>>,
+    parent_uuid: Vec<Option<Uuid>>,
+    predecessor_uuid: Vec<Option<Uuid>>,
+    dead_parent: Vec<bool>,
+    run_at: Vec<Option<PgTimestamp>>,
+    headers: Vec<String>,
+    created_at: Vec<PgTimestamp>,
+    attempts: Vec<i32>,
+    delay: Vec<f64>,
+    last_error: Vec<String>,
+}
+
+impl RowArrays {
+    /// Room for `n` rows.
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        RowArrays {
+            id: Vec::with_capacity(n),
+            uuid: Vec::with_capacity(n),
+            queue: Vec::with_capacity(n),
+            job_type: Vec::with_capacity(n),
+            payload: Vec::with_capacity(n),
+            parent_uuid: Vec::with_capacity(n),
+            predecessor_uuid: Vec::with_capacity(n),
+            dead_parent: Vec::with_capacity(n),
+            run_at: Vec::with_capacity(n),
+            headers: Vec::with_capacity(n),
+            created_at: Vec::with_capacity(n),
+            attempts: Vec::with_capacity(n),
+            delay: Vec::with_capacity(n),
+            last_error: Vec::with_capacity(n),
+        }
+    }
+
+    /// Adds `row` (its values moved, not copied), claimable again `delay` seconds from now
+    /// (ignored by the dead letters), with `last_error`.
+    pub(crate) fn push(&mut self, row: PendingRow, delay: f64, last_error: String) {
+        // Taken apart whole: a column added to `PendingRow` does not compile until it is here.
+        let PendingRow {
+            id,
+            uuid,
+            queue,
+            job_type,
+            payload,
+            parent_uuid,
+            predecessor_uuid,
+            dead_parent,
+            run_at,
+            headers,
+            created_at,
+            attempts,
+        } = row;
+        self.id.push(id);
+        self.uuid.push(uuid);
+        self.queue.push(queue);
+        self.job_type.push(job_type);
+        self.payload.push(payload);
+        self.parent_uuid.push(parent_uuid);
+        self.predecessor_uuid.push(predecessor_uuid);
+        self.dead_parent.push(dead_parent);
+        self.run_at.push(run_at);
+        self.headers.push(headers);
+        self.created_at.push(created_at);
+        self.attempts.push(attempts);
+        self.delay.push(delay);
+        self.last_error.push(last_error);
+    }
+
+    /// `query` with the arrays bound as its parameters, one per column in the order of
+    /// `columns::COLUMNS`: the order comes from that list, not from the order of the calls here.
+    pub(crate) fn bind(
+        mut self,
+        mut query: Query<'_, Postgres, PgArguments>,
+    ) -> Query<'_, Postgres, PgArguments> {
+        use std::mem::take;
+        for column in COLUMNS {
+            query = match column {
+                "id" => query.bind(take(&mut self.id)),
+                "uuid" => query.bind(take(&mut self.uuid)),
+                "queue" => query.bind(take(&mut self.queue)),
+                "job_type" => query.bind(take(&mut self.job_type)),
+                "payload" => query.bind(take(&mut self.payload)),
+                "parent_uuid" => query.bind(take(&mut self.parent_uuid)),
+                "predecessor_uuid" => query.bind(take(&mut self.predecessor_uuid)),
+                "dead_parent" => query.bind(take(&mut self.dead_parent)),
+                "run_at" => query.bind(take(&mut self.run_at)),
+                "headers" => query.bind(take(&mut self.headers)),
+                "created_at" => query.bind(take(&mut self.created_at)),
+                "attempts" => query.bind(take(&mut self.attempts)),
+                "available_at" => query.bind(take(&mut self.delay)),
+                "last_error" => query.bind(take(&mut self.last_error)),
+                other => unreachable!("no array for the column {other}"),
+            };
+        }
+        query
+    }
+}
+
+#[cfg(test)]
+mod tests;

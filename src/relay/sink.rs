@@ -20,6 +20,10 @@ pub trait JobSink: Send + Sync {
     /// error as one job's result ([`crate::Error::Unacknowledged`]) means that job was not
     /// acknowledged while others were: the relay deletes the acknowledged rows, keeps the
     /// others untouched, and backs off.
+    ///
+    /// The relay hands over valid jobs only: it validates each row once, as it becomes a job
+    /// (the checks of [`Job::validate`]), and a row that fails them never reaches a sink. A
+    /// sink need not check them again.
     fn push(&self, jobs: &[Job]) -> impl Future<Output = Result<Vec<JobResult>>> + Send;
 
     /// The Redis layout the jobs go out in: the claim keeps flows in order for the layouts that

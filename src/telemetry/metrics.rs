@@ -15,7 +15,7 @@ use crate::error::{ErrorClass, Reason};
 
 /// Counter, label `outcome`: jobs Redis accepted (or recognised as duplicates).
 pub const JOBS_RELAYED: &str = "jobrelay_jobs_relayed_total";
-/// Counter, labels `kind` (`transient`, `per_job`, `permanent`) and `reason` (a
+/// Counter, labels `kind` (`transient`, `per_job`, `permanent`, `config`) and `reason` (a
 /// [`Reason`]'s name, [`failure_reasons`]): failed job pushes.
 pub const JOB_FAILURES: &str = "jobrelay_job_failures_total";
 /// Counter: rows moved to the dead-letter table.
@@ -96,11 +96,7 @@ pub fn describe() {
     for o in Outcome::ALL {
         metrics::counter!(JOBS_RELAYED, "outcome" => o.as_str()).increment(0);
     }
-    for k in [
-        ErrorClass::Transient,
-        ErrorClass::PerJob,
-        ErrorClass::Permanent,
-    ] {
+    for k in ErrorClass::ALL {
         for r in failure_reasons(k) {
             failure_counter(k, *r).increment(0);
         }
@@ -118,7 +114,8 @@ pub fn describe() {
 /// Process-wide tallies of the counters, for the shutdown log line (the `metrics` recorder
 /// cannot be read back, and is not installed at all without `--http-addr`).
 static RELAYED: AtomicU64 = AtomicU64::new(0);
-static FAILED: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+static FAILED: [AtomicU64; ErrorClass::ALL.len()] =
+    [const { AtomicU64::new(0) }; ErrorClass::ALL.len()];
 static DEAD_LETTERED: AtomicU64 = AtomicU64::new(0);
 
 /// What this process has done so far, summed over every worker.
@@ -132,6 +129,8 @@ pub struct Totals {
     pub per_job: u64,
     /// Failed job pushes of kind `permanent`.
     pub permanent: u64,
+    /// Failed job pushes of kind `config`.
+    pub config: u64,
     /// Rows moved to the dead-letter table.
     pub dead_lettered: u64,
 }
@@ -144,6 +143,7 @@ pub fn totals() -> Totals {
         transient: failed(ErrorClass::Transient),
         per_job: failed(ErrorClass::PerJob),
         permanent: failed(ErrorClass::Permanent),
+        config: failed(ErrorClass::Config),
         dead_lettered: DEAD_LETTERED.load(Ordering::Relaxed),
     }
 }
@@ -153,18 +153,45 @@ fn kind_index(k: ErrorClass) -> usize {
         ErrorClass::Transient => 0,
         ErrorClass::PerJob => 1,
         ErrorClass::Permanent => 2,
+        ErrorClass::Config => 3,
     }
 }
 
 /// The reasons a failure of `kind` can have: the `reason` label values of
 /// `jobrelay_job_failures_total` for that `kind`, each a series from the first scrape. A
-/// per-job or permanent failure is about the job, never a dependency's state: `error`.
+/// per-job or permanent failure is about the job, never a dependency's state: `error`. The
+/// configuration errors that fail pushes are Redis's: its eviction policy. A transient failure
+/// can have any other reason.
 pub fn failure_reasons(kind: ErrorClass) -> &'static [Reason] {
     match kind {
-        ErrorClass::Transient => &Reason::ALL,
+        ErrorClass::Transient => &TRANSIENT_REASONS,
         ErrorClass::PerJob | ErrorClass::Permanent => &[Reason::Other],
+        ErrorClass::Config => &CONFIG_REASONS,
     }
 }
+
+/// The reasons of the configuration errors that fail pushes ([`ErrorClass::Config`]).
+const CONFIG_REASONS: [Reason; 1] = [Reason::EvictionPolicy];
+
+/// Every reason but those of [`CONFIG_REASONS`], in the order of [`Reason::ALL`].
+const TRANSIENT_REASONS: [Reason; Reason::ALL.len() - CONFIG_REASONS.len()] = {
+    let mut out = [Reason::Other; Reason::ALL.len() - CONFIG_REASONS.len()];
+    let (mut i, mut n) = (0, 0);
+    while i < Reason::ALL.len() {
+        let mut config = false;
+        let mut j = 0;
+        while j < CONFIG_REASONS.len() {
+            config |= Reason::ALL[i] as usize == CONFIG_REASONS[j] as usize;
+            j += 1;
+        }
+        if !config {
+            out[n] = Reason::ALL[i];
+            n += 1;
+        }
+        i += 1;
+    }
+    out
+};
 
 fn failure_counter(kind: ErrorClass, reason: Reason) -> metrics::Counter {
     metrics::counter!(JOB_FAILURES, "kind" => kind.as_str(), "reason" => reason.as_str())
@@ -231,4 +258,29 @@ pub(in crate::telemetry) fn up(dependency: &'static str, up: bool) {
 /// Counts one panic of a relay task.
 pub(in crate::telemetry) fn task_panicked(task: &str) {
     metrics::counter!(TASK_PANICS, "task" => task.to_owned()).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each reason is a series of one kind that keeps rows: transient, or config.
+    #[test]
+    fn transient_and_config_failures_share_out_the_reasons() {
+        let mut kept: Vec<Reason> = failure_reasons(ErrorClass::Transient).to_vec();
+        kept.extend(failure_reasons(ErrorClass::Config));
+        let mut all = Reason::ALL.to_vec();
+        kept.sort_by_key(|r| *r as usize);
+        all.sort_by_key(|r| *r as usize);
+        assert_eq!(kept, all);
+        assert_eq!(
+            failure_reasons(ErrorClass::Config),
+            [Reason::EvictionPolicy]
+        );
+        let series: usize = ErrorClass::ALL
+            .map(|k| failure_reasons(k).len())
+            .iter()
+            .sum();
+        assert_eq!(series, 21, "docs/metrics.md: at most 21 series");
+    }
 }

@@ -30,6 +30,15 @@ pub const DEFAULT_MAX_JOB_BYTES: usize = 8 * 1024 * 1024;
 /// docs/benchmarks.md#the-byte-cap-and-the-job-size-limit.
 pub const DEFAULT_MAX_CALL_BYTES: usize = 8 * 1024 * 1024;
 
+/// Whether the enqueuer validates each job ([`Job::validate`]) before it marshals it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Checks {
+    /// Every public entry point: the caller's jobs may be anything.
+    Validate,
+    /// The relay's jobs, validated once as their rows became jobs.
+    AlreadyValid,
+}
+
 /// Runs the enqueue algorithm against one Redis, under one key namespace.
 ///
 /// Cheap to clone; holds no connection. Pass any redis-rs async connection
@@ -174,6 +183,30 @@ impl Enqueuer {
         jobs: &[Job],
         deadline: Option<(tokio::time::Instant, Duration)>,
     ) -> Result<Vec<JobResult>> {
+        self.enqueue_checked(con, jobs, deadline, Checks::Validate)
+            .await
+    }
+
+    /// [`Enqueuer::enqueue_batch_until`] for jobs their caller has validated (the checks of
+    /// [`Job::validate`]): the relay's, whose rows are validated once, as they become jobs
+    /// (`relay::row`). The other checks (the layout, the size) are made as always.
+    pub(crate) async fn enqueue_validated_until<C: ConnectionLike + Send>(
+        &self,
+        con: &mut C,
+        jobs: &[Job],
+        deadline: Option<(tokio::time::Instant, Duration)>,
+    ) -> Result<Vec<JobResult>> {
+        self.enqueue_checked(con, jobs, deadline, Checks::AlreadyValid)
+            .await
+    }
+
+    async fn enqueue_checked<C: ConnectionLike + Send>(
+        &self,
+        con: &mut C,
+        jobs: &[Job],
+        deadline: Option<(tokio::time::Instant, Duration)>,
+        checks: Checks,
+    ) -> Result<Vec<JobResult>> {
         let mut results: Vec<Option<JobResult>> = Vec::with_capacity(jobs.len());
         results.resize_with(jobs.len(), || None);
         let order = if self.layout.orders_flows() {
@@ -193,7 +226,7 @@ impl Enqueuer {
         for i in order {
             let job = &jobs[i];
             buf.clear();
-            if let Err(e) = self.marshal_checked(job, &mut buf) {
+            if let Err(e) = self.marshal_checked(job, &mut buf, checks) {
                 results[i] = Some(Err(e));
                 continue;
             }
@@ -244,9 +277,12 @@ impl Enqueuer {
             .await
     }
 
-    /// Validates and marshals `job` into `buf`, refusing one over the size limit.
-    fn marshal_checked(&self, job: &Job, buf: &mut Vec<u8>) -> Result<()> {
-        job.validate()?;
+    /// Validates (unless `checks` says it is) and marshals `job` into `buf`, refusing one the
+    /// layout cannot express or over the size limit.
+    fn marshal_checked(&self, job: &Job, buf: &mut Vec<u8>, checks: Checks) -> Result<()> {
+        if checks == Checks::Validate {
+            job.validate()?;
+        }
         self.layout
             .encode(job, buf)
             .map_err(|reason| Error::Unfit {

@@ -8,7 +8,7 @@ use sqlx::{Connection as _, PgConnection};
 use super::Batcher;
 use crate::error::{Dependency, Error, Result};
 use crate::relay::report::{Interruption, Report};
-use crate::relay::row::PendingRow;
+use crate::relay::row::{PendingRow, RowArrays};
 use crate::relay::sink::JobSink;
 use crate::telemetry::events::{self, Event as _};
 
@@ -116,60 +116,22 @@ impl<S: JobSink> Batcher<S> {
         Ok(())
     }
 
+    /// Writes `rows` with `sql` ([`Queries::retry`](crate::relay::Queries::retry) or
+    /// [`Queries::dead_letter`](crate::relay::Queries::dead_letter)), their
+    /// values moved into one array per column ([`RowArrays`]).
     async fn hand_back(&self, conn: &mut PgConnection, sql: &str, rows: Vec<Failed>) -> Result<()> {
-        let n = rows.len();
-        let mut id = Vec::with_capacity(n);
-        let mut uuid = Vec::with_capacity(n);
-        let mut queue = Vec::with_capacity(n);
-        let mut job_type = Vec::with_capacity(n);
-        let mut payload = Vec::with_capacity(n);
-        let mut parent = Vec::with_capacity(n);
-        let mut pred = Vec::with_capacity(n);
-        let mut dead_parent = Vec::with_capacity(n);
-        let mut run_at = Vec::with_capacity(n);
-        let mut headers = Vec::with_capacity(n);
-        let mut created_at = Vec::with_capacity(n);
-        let mut attempts = Vec::with_capacity(n);
-        let mut delay = Vec::with_capacity(n);
-        let mut last_error = Vec::with_capacity(n);
+        let mut arrays = RowArrays::with_capacity(rows.len());
         for f in rows {
-            let r = f.row;
-            id.push(r.id);
-            uuid.push(r.uuid);
-            queue.push(r.queue);
-            job_type.push(r.job_type);
-            payload.push(r.payload);
-            parent.push(r.parent_uuid);
-            pred.push(r.predecessor_uuid);
-            dead_parent.push(r.dead_parent);
-            run_at.push(r.run_at);
-            headers.push(r.headers);
-            created_at.push(r.created_at);
-            attempts.push(r.attempts);
-            delay.push(match f.fate {
+            let delay = match f.fate {
                 Fate::Retry(d) => d.as_secs_f64(),
                 Fate::Dead => 0.0,
-            });
-            last_error.push(f.error);
+            };
+            arrays.push(f.row, delay, f.error);
         }
         self.bounded(
             "postgres hand-back",
-            sqlx::query(sql)
-                .persistent(false)
-                .bind(id)
-                .bind(uuid)
-                .bind(queue)
-                .bind(job_type)
-                .bind(payload)
-                .bind(parent)
-                .bind(pred)
-                .bind(dead_parent)
-                .bind(run_at)
-                .bind(headers)
-                .bind(created_at)
-                .bind(attempts)
-                .bind(delay)
-                .bind(last_error)
+            arrays
+                .bind(sqlx::query(sql).persistent(false))
                 .execute(conn),
         )
         .await?;

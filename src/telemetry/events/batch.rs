@@ -8,24 +8,21 @@ use uuid::Uuid;
 
 use super::Event;
 use crate::broker::enqueue::Outcome;
-use crate::error::{ErrorClass, Reason};
+use crate::error::{Error, ErrorClass, Reason};
 use crate::relay::report::Report;
 use crate::telemetry::{metrics, redact};
 
 /// Failed jobs by kind and reason: the labels of `jobrelay_job_failures_total`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Failures {
-    counts: [[u64; Reason::ALL.len()]; 3],
+    counts: [[u64; Reason::ALL.len()]; ErrorClass::ALL.len()],
 }
 
-const KINDS: [ErrorClass; 3] = [
-    ErrorClass::Transient,
-    ErrorClass::PerJob,
-    ErrorClass::Permanent,
-];
-
 fn kind_index(kind: ErrorClass) -> usize {
-    KINDS.iter().position(|k| *k == kind).expect("every kind")
+    ErrorClass::ALL
+        .iter()
+        .position(|k| *k == kind)
+        .expect("every kind is in ErrorClass::ALL")
 }
 
 fn reason_index(reason: Reason) -> usize {
@@ -48,7 +45,7 @@ impl Failures {
 
     /// `(kind, reason, count)` for every count that is not zero.
     pub fn iter(&self) -> impl Iterator<Item = (ErrorClass, Reason, u64)> + '_ {
-        KINDS.iter().flat_map(move |k| {
+        ErrorClass::ALL.iter().flat_map(move |k| {
             Reason::ALL
                 .iter()
                 .map(move |r| (*k, *r, self.counts[kind_index(*k)][reason_index(*r)]))
@@ -90,19 +87,25 @@ impl Event for BatchAnswered<'_> {
     }
 }
 
-/// A batch's push failed as a whole: every job of it is a transient failure. No log line: the
-/// failure is the dependency's, whose episode [`crate::relay::health`] logs once.
+/// A batch's push failed as a whole: nothing was acknowledged and every row is kept, so every
+/// job of it is a transient failure with the error's reason, or a config one when a
+/// configuration error refused the push (Redis's eviction policy). No log line: the failure is
+/// the dependency's, whose episode [`crate::relay::health`] logs once.
 #[derive(Debug)]
-pub struct PushFailed {
+pub struct PushFailed<'a> {
     /// Jobs the push carried.
     pub jobs: u64,
     /// Why it failed.
-    pub reason: Reason,
+    pub error: &'a Error,
 }
 
-impl Event for PushFailed {
+impl Event for PushFailed<'_> {
     fn emit(self) {
-        metrics::failures(ErrorClass::Transient, self.reason, self.jobs);
+        let kind = match self.error.class() {
+            ErrorClass::Config => ErrorClass::Config,
+            _ => ErrorClass::Transient,
+        };
+        metrics::failures(kind, self.error.reason(), self.jobs);
     }
 }
 

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::*;
 use crate::broker::enqueue::Outcome;
-use crate::error::{Dependency, ErrorClass, Reason};
+use crate::error::{Dependency, Error, ErrorClass, Reason};
 use crate::relay::probe::Horizon;
 use crate::relay::report::Report;
 use crate::table::TableName;
@@ -101,15 +101,20 @@ fn horizon() -> Horizon {
     }
 }
 
-/// The events of a batch.
-fn batch_cases() -> Vec<Case> {
+/// A push lost as a whole: its jobs counted as transient, or as config when a configuration
+/// error refused it.
+fn push_failed_cases() -> Vec<Case> {
     vec![
         case(
             "PushFailed",
             || {
                 PushFailed {
                     jobs: 3,
-                    reason: Reason::OutOfMemory,
+                    error: &Error::NotWritable {
+                        dependency: Dependency::Redis,
+                        reason: Reason::OutOfMemory,
+                        detail: "OOM".into(),
+                    },
                 }
                 .emit()
             },
@@ -119,6 +124,48 @@ fn batch_cases() -> Vec<Case> {
                 3.0,
             )],
         ),
+        case(
+            "PushFailed",
+            || {
+                PushFailed {
+                    jobs: 2,
+                    error: &Error::EvictionPolicy {
+                        policy: "allkeys-lru".into(),
+                    },
+                }
+                .emit()
+            },
+            &[],
+            &[(
+                "jobrelay_job_failures_total{kind=\"config\",reason=\"eviction policy\"}",
+                2.0,
+            )],
+        ),
+        // A whole push lost to an error about a job still keeps every row: transient.
+        case(
+            "PushFailed",
+            || {
+                PushFailed {
+                    jobs: 1,
+                    error: &Error::Refused {
+                        uuid: Uuid::nil(),
+                        message: "WRONGTYPE".into(),
+                    },
+                }
+                .emit()
+            },
+            &[],
+            &[(
+                "jobrelay_job_failures_total{kind=\"transient\",reason=\"error\"}",
+                1.0,
+            )],
+        ),
+    ]
+}
+
+/// The events of a batch.
+fn batch_cases() -> Vec<Case> {
+    vec![
         case(
             "JobAnswered",
             || JobAnswered { lag_seconds: 0.5 }.emit(),
@@ -381,9 +428,14 @@ fn backlog_cases() -> Vec<Case> {
 #[test]
 fn every_event_writes_its_log_lines_and_its_metrics() {
     let mut wrong = Vec::new();
-    for c in [batch_cases(), dependency_cases(), backlog_cases()]
-        .into_iter()
-        .flatten()
+    for c in [
+        push_failed_cases(),
+        batch_cases(),
+        dependency_cases(),
+        backlog_cases(),
+    ]
+    .into_iter()
+    .flatten()
     {
         let out = emitted(c.emit);
         let logs: Vec<(String, String)> = out

@@ -2,7 +2,8 @@
 //! record only state changes.
 
 use super::*;
-use jobrelay::error::Reason;
+use jobrelay::error::{ErrorClass, Reason};
+use jobrelay::telemetry::metrics::failure_reasons;
 
 #[sqlx::test]
 async fn metrics_count_every_outcome_and_logs_only_state_changes(pool: PgPool) {
@@ -170,13 +171,17 @@ fn assert_every_outcome_counted(m: &Metrics) {
         m.get("jobrelay_job_failures_total{kind=\"permanent\",reason=\"error\"}"),
         1.0
     );
-    let transient: Vec<(&String, &f64)> = m
-        .samples
-        .iter()
-        .filter(|(s, _)| s.starts_with("jobrelay_job_failures_total{kind=\"transient\""))
-        .collect();
-    assert_eq!(transient.len(), Reason::ALL.len(), "{transient:?}");
-    assert!(transient.iter().all(|(_, v)| **v == 0.0), "{transient:?}");
+    // Nor did a configuration error.
+    for kind in ["transient", "config"] {
+        let prefix = format!("jobrelay_job_failures_total{{kind=\"{kind}\"");
+        let kept: Vec<(&String, &f64)> = m
+            .samples
+            .iter()
+            .filter(|(s, _)| s.starts_with(&prefix))
+            .collect();
+        assert!(!kept.is_empty(), "{kind}");
+        assert!(kept.iter().all(|(_, v)| **v == 0.0), "{kept:?}");
+    }
     assert_eq!(m.get("jobrelay_jobs_dead_lettered_total"), 2.0);
     assert_eq!(m.get("jobrelay_relay_lag_seconds_count"), 15.0);
     assert_eq!(
@@ -275,22 +280,37 @@ async fn every_series_is_present_from_the_first_scrape(pool: PgPool) {
         "jobrelay_jobs_relayed_total{outcome=\"children\"}",
         "jobrelay_jobs_relayed_total{outcome=\"on_complete\"}",
         "jobrelay_jobs_relayed_total{outcome=\"duplicate\"}",
-        "jobrelay_job_failures_total{kind=\"per_job\",reason=\"error\"}",
-        "jobrelay_job_failures_total{kind=\"permanent\",reason=\"error\"}",
         "jobrelay_jobs_dead_lettered_total",
         "jobrelay_batch_duration_seconds_count",
         "jobrelay_relay_lag_seconds_count",
     ] {
         assert_eq!(m.get(series), 0.0, "{series}");
     }
-    // A transient failure can have any reason: each is a series from the start.
-    for r in Reason::ALL {
-        let series = format!(
-            "jobrelay_job_failures_total{{kind=\"transient\",reason=\"{}\"}}",
-            r.as_str()
-        );
-        assert_eq!(m.get(&series), 0.0, "{series}");
+    // Each kind with every reason it can have is a series from the start: a transient
+    // failure any reason but a configuration error's, a config one Redis's eviction policy,
+    // a per-job or permanent one `error`.
+    let mut failures = 0;
+    for kind in ErrorClass::ALL {
+        for r in failure_reasons(kind) {
+            let series = format!(
+                "jobrelay_job_failures_total{{kind=\"{}\",reason=\"{}\"}}",
+                kind.as_str(),
+                r.as_str()
+            );
+            assert_eq!(m.get(&series), 0.0, "{series}");
+            failures += 1;
+        }
     }
+    let all = m
+        .samples
+        .keys()
+        .filter(|s| s.starts_with("jobrelay_job_failures_total{"))
+        .count();
+    assert_eq!((failures, all), (21, 21), "docs/metrics.md: 21 series");
+    assert_eq!(
+        failure_reasons(ErrorClass::Config).len() + failure_reasons(ErrorClass::Transient).len(),
+        Reason::ALL.len()
+    );
     assert_eq!(m.get("jobrelay_up{dependency=\"postgres\"}"), 1.0);
     assert_eq!(m.get("jobrelay_up{dependency=\"redis\"}"), 1.0);
     wait_until(
