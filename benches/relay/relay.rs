@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use jobrelay::broker::sink::RedisSink;
+use jobrelay::broker::redis_sink::RedisSink;
 use jobrelay::config::{DEFAULT_CLAIM_SLOTS, STATEMENT_TIMEOUT};
 use jobrelay::relay::{self, BatchSettings, Health, RelaySettings};
 use jobrelay::{Enqueuer, TableName};

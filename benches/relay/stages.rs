@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use jobrelay::broker::sink::RedisSink;
+use jobrelay::broker::redis_sink::RedisSink;
 use jobrelay::config::STATEMENT_TIMEOUT;
 use jobrelay::relay::{self, BatchSettings};
 use jobrelay::{Enqueuer, TableName};

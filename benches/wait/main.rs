@@ -25,8 +25,8 @@ mod servers;
 use std::time::{Duration, Instant};
 
 use jobrelay::broker::connection::connect;
-use jobrelay::broker::probe::RedisSafety;
-use jobrelay::broker::sink::RedisSink;
+use jobrelay::broker::redis_sink::RedisSink;
+use jobrelay::broker::safety::RedisSafety;
 use jobrelay::relay::JobSink;
 use jobrelay::{Enqueuer, Job};
 

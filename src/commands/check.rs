@@ -92,7 +92,7 @@ pub(super) async fn run(config: &Config) -> Result<ExitCode> {
         Ok(eviction) => {
             let safety = config.redis_safety();
             let mut notes = vec![eviction.describe()];
-            if matches!(eviction, jobrelay::broker::probe::Eviction::Evicts(_)) {
+            if matches!(eviction, jobrelay::broker::safety::Eviction::Evicts(_)) {
                 notes[0].push_str(", accepted by --redis-allow-eviction");
             }
             if safety.wait_replicas > 0 {

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use jobrelay::broker::sink::RedisSink;
+use jobrelay::broker::redis_sink::RedisSink;
 use jobrelay::config::{Config, STATEMENT_TIMEOUT};
 use jobrelay::db;
 use jobrelay::relay::repair::{REPAIR_GRACE, REPAIR_LIMIT};

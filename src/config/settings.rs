@@ -153,8 +153,8 @@ impl Config {
 
     /// What the relay asks of Redis: `--redis-allow-eviction`, `--redis-wait-replicas`,
     /// `--redis-wait-timeout`.
-    pub fn redis_safety(&self) -> crate::broker::probe::RedisSafety {
-        crate::broker::probe::RedisSafety {
+    pub fn redis_safety(&self) -> crate::broker::safety::RedisSafety {
+        crate::broker::safety::RedisSafety {
             allow_eviction: self.redis_allow_eviction,
             wait_replicas: self.redis_wait_replicas,
             wait_timeout: self.redis_wait_timeout,

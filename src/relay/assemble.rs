@@ -13,8 +13,8 @@ use super::{probe, supervise, RelaySettings};
 use crate::backoff::Backoff;
 use crate::broker::connection::{self, RedisConnection, RedisEndpoint};
 use crate::broker::enqueue::Enqueuer;
-use crate::broker::probe::RedisSafety;
-use crate::broker::sink::RedisSink;
+use crate::broker::redis_sink::RedisSink;
+use crate::broker::safety::RedisSafety;
 
 /// What the daemon's relay is made of.
 #[derive(Debug, Clone)]

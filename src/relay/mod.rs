@@ -3,7 +3,7 @@
 //! - [`batch`]: one step (claim, push, delete or hand back, commit): [`Batcher::run_once`].
 //! - `worker`: the daemon's loop over that step, woken by [`crate::wakeup`] or the poll interval.
 //! - [`mod@sweep`]: the one-shot recovery sweep over the same step.
-//! - [`sink`]: the seam to Redis ([`JobSink`]; Redis's is [`crate::broker::sink::RedisSink`]).
+//! - [`sink`]: the seam to Redis ([`JobSink`]; Redis's is [`crate::broker::redis_sink::RedisSink`]).
 //! - [`health`], [`probe`]: dependency state for logs, probes and `jobrelay_up`; [`backlog`]:
 //!   the backlog and xmin horizon samples.
 //! - [`assemble`]: the daemon's relay in one call ([`Assembly::start`]).

@@ -11,7 +11,7 @@
 //!   holder's pid, not a probe that times out behind it.
 //! - Redis: a write (`SET <ns>jobrelay:probe ... PX`), `ROLE` = master (a denied `ROLE` cannot
 //!   tell), a `maxmemory-policy` that does not evict (unless `--redis-allow-eviction`), and with
-//!   `--redis-wait-replicas` a `WAIT` for the replicas ([`crate::broker::probe`]). A `PING` is
+//!   `--redis-wait-replicas` a `WAIT` for the replicas ([`crate::broker::safety`]). A `PING` is
 //!   not enough: a Redis at `maxmemory` (`OOM`) or a read-only replica answers it while it
 //!   refuses every push. And even the small write may succeed while every batch fails (memory
 //!   hovering at the limit, a script denied by an ACL): so the probe's success never ends an
@@ -27,7 +27,7 @@ use super::backlog::Backlog;
 pub use super::backlog::HorizonWatch;
 use super::health::{Dependency, Health};
 use crate::broker::connection::{RedisConnection, RedisEndpoint};
-use crate::broker::probe::{Eviction, RedisSafety};
+use crate::broker::safety::{Eviction, RedisSafety};
 use crate::error::{Error, LockHolder, Reason, Result};
 use crate::job::layout::LayoutKind;
 use crate::table::TableName;
@@ -366,7 +366,7 @@ impl Probe {
         let con = self.con.as_mut().expect("connected above");
         let found = tokio::time::timeout(
             bound,
-            crate::broker::probe::writable(con, &self.probe_key, &self.safety),
+            crate::broker::safety::writable(con, &self.probe_key, &self.safety),
         )
         .await
         .map_err(|_| timed_out())?;

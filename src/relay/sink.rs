@@ -1,5 +1,5 @@
 //! The seam between the claim loop and Redis: [`JobSink`]. The Redis implementation is
-//! [`crate::broker::sink::RedisSink`]; tests plug in sinks that fail on purpose.
+//! [`crate::broker::redis_sink::RedisSink`]; tests plug in sinks that fail on purpose.
 
 use std::future::Future;
 
@@ -10,7 +10,7 @@ use crate::job::JobResult;
 
 /// Where claimed jobs go. The relay deletes a row only after its job's result is `Ok`.
 ///
-/// The Redis implementation is [`crate::broker::sink::RedisSink`]; tests plug in sinks that
+/// The Redis implementation is [`crate::broker::redis_sink::RedisSink`]; tests plug in sinks that
 /// fail on purpose.
 pub trait JobSink: Send + Sync {
     /// Pushes `jobs`, returning one result per job, in order.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::child::RelayChild;
 use super::*;
 use chrono::{DateTime, Utc};
-use jobrelay::broker::sink::RedisSink;
+use jobrelay::broker::redis_sink::RedisSink;
 use jobrelay::proto::v1;
 use jobrelay::relay::{BatchSettings, Batcher, JobSink, Queries, Report};
 use jobrelay::{Enqueuer, TableName};

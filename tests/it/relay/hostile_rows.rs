@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::*;
-use jobrelay::broker::sink::RedisSink;
+use jobrelay::broker::redis_sink::RedisSink;
 use jobrelay::relay::{BatchSettings, Health, RelaySettings};
 use jobrelay::{Enqueuer, TableName};
 use sqlx::PgPool;

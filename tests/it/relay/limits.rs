@@ -18,7 +18,7 @@ use crate::common::child::RelayChild;
 use crate::common::redis_server::RedisServer;
 use crate::common::*;
 use chrono::Utc;
-use jobrelay::broker::sink::RedisSink;
+use jobrelay::broker::redis_sink::RedisSink;
 use jobrelay::relay::queries::ROW_OVERHEAD_BYTES;
 use jobrelay::relay::{BatchSettings, Batcher, Queries, Report};
 use jobrelay::{Enqueuer, Job, Outcome, TableName};

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::common::*;
 use jobrelay::broker::enqueue::JobResult;
-use jobrelay::broker::sink::RedisSink;
+use jobrelay::broker::redis_sink::RedisSink;
 use jobrelay::relay::health::PANIC_LIMIT;
 use jobrelay::relay::{BatchSettings, Health, JobSink, RelaySettings};
 use jobrelay::{Enqueuer, Job, Outcome, TableName};

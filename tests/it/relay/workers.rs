@@ -9,7 +9,7 @@ use crate::common::batch::*;
 use crate::common::child::RelayChild;
 use crate::common::*;
 use jobrelay::broker::enqueue::JobResult;
-use jobrelay::broker::sink::RedisSink;
+use jobrelay::broker::redis_sink::RedisSink;
 use jobrelay::relay::{Health, JobSink, RelaySettings};
 use jobrelay::{Job, Outcome, TableName};
 use sqlx::PgPool;

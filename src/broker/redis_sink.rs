@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::broker::connection::RedisConnection;
 use crate::broker::enqueue::{Enqueuer, JobResult};
 use crate::broker::layout::LayoutKind;
-use crate::broker::probe::{self, Eviction, RedisSafety};
+use crate::broker::safety::{self, Eviction, RedisSafety};
 use crate::error::{Error, Reason, Result};
 use crate::job::Job;
 use crate::relay::sink::JobSink;
@@ -89,14 +89,14 @@ impl RedisSink {
         let eviction = match cached {
             Some(e) => e,
             None => {
-                let found = tokio::time::timeout_at(deadline, probe::eviction_policy(con))
+                let found = tokio::time::timeout_at(deadline, safety::eviction_policy(con))
                     .await
                     .unwrap_or(Err(Error::Timeout {
                         dependency: crate::error::Dependency::Redis,
                         what: "redis push",
                         after: self.push_timeout,
                     }))?;
-                probe::note_once(&found);
+                safety::note_once(&found);
                 *self.eviction.last.lock().expect("not poisoned") =
                     Some((Instant::now(), found.clone()));
                 found
@@ -121,7 +121,7 @@ impl RedisSink {
             return;
         }
         // WAIT answers by its timeout; the connection's own bound is --push-timeout.
-        let waited = probe::touch_and_wait(
+        let waited = safety::touch_and_wait(
             con,
             &self.wait_key,
             safety.wait_replicas,
