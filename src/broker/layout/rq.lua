@@ -74,39 +74,6 @@ local function fields(queued)
   return h
 end
 local FIELDS_QUEUED, FIELDS_SCHEDULED = fields(true), fields(false)
-
--- The fields every job of a kind shares go into a template hash once per call, which each job's
--- hash starts as a COPY of (a listpack, copied whole); the job's own four fields follow in one
--- HSET, which makes the hash a hashtable sized for its fields at once. Measured: 2,200 Redis
--- instructions a job less than one HSET of all fields (31 arguments through Lua, and the
--- hashtable grown three times). Where DEL or COPY is refused (COPY: Redis 6.2 or later; an ACL
--- without either), every job's hash is written whole. The templates live during the call only:
--- one left by a call that failed half-way is replaced by the next call's.
-local templates = {}
-local copy_ok = nil
--- The template of field table `h` (its key), or nil if templates cannot be used.
-local function template(h)
-  local key = templates[h]
-  if key ~= nil then return key end
-  key = ns .. 'jobrelay:rq:template:' .. h[#h]
-  -- No TTL: COPY would give it to every job hash.
-  if type(redis.pcall('DEL', key)) ~= 'number' then
-    copy_ok = false
-    return nil
-  end
-  local shared = {}
-  for f = 1, #h, 2 do
-    local name = h[f]
-    if name ~= 'created_at' and name ~= 'data' and name ~= 'origin' and name ~= 'description' then
-      shared[#shared + 1], shared[#shared + 2] = name, h[f + 1]
-    end
-  end
-  redis.call('HSET', key, unpack(shared))
-  templates[h] = key
-  return key
-end
-local OWN = {'created_at', '', 'data', '', 'origin', '', 'description', ''}
-
 -- Each queue's name (origin), by its key.
 local origins = {}
 
@@ -175,20 +142,7 @@ for i = 1, n do
         desc = string.sub(desc, colon + 1, colon + len)
       end
       local h = outcome == 1 and FIELDS_QUEUED or FIELDS_SCHEDULED
-      local tpl = copy_ok ~= false and (templates[h] or template(h))
-      if tpl then
-        if copy_ok then
-          redis.call('COPY', tpl, job_key)
-        else
-          copy_ok = type(redis.pcall('COPY', tpl, job_key)) == 'number'
-        end
-      end
-      if copy_ok then
-        h = OWN
-        h[2], h[4], h[6], h[8] = created, ARGV[b + 2], origin, desc
-      else
-        h[2], h[4], h[22], h[24] = created, ARGV[b + 2], origin, desc
-      end
+      h[2], h[4], h[22], h[24] = created, ARGV[b + 2], origin, desc
       local last = #h
       if meta then
         h[last + 1], h[last + 2] = 'meta', meta
@@ -217,6 +171,5 @@ end
 for _, key in ipairs(push_keys) do variadic('RPUSH', key, pushes[key]) end
 for _, key in ipairs(zadd_keys) do variadic('ZADD', key, zadds[key]) end
 if #queue_keys > 0 then variadic('SADD', QUEUES, queue_keys) end
-for _, key in pairs(templates) do redis.call('DEL', key) end
 write_markers(markers, ttl)
 return result

@@ -15,7 +15,6 @@ mod cluster;
 mod descriptions;
 mod proof;
 mod script;
-mod template;
 
 use std::time::Duration;
 
