@@ -50,13 +50,13 @@ pub fn lazy_pool(opts: PgConnectOptions, max: u32) -> PgPool {
 /// Opens one connection first, so that a wrong password or an unreachable server fails at once
 /// with Postgres's own error (a pool would only say it timed out), then returns a lazy pool.
 pub async fn checked_pool(opts: PgConnectOptions, max: u32, timeout: Duration) -> Result<PgPool> {
-    let conn = tokio::time::timeout(timeout, PgConnection::connect_with(&opts))
-        .await
-        .map_err(|_| Error::Timeout {
-            dependency: crate::error::Dependency::Postgres,
-            what: "postgres connect",
-            after: timeout,
-        })??;
+    let conn = crate::error::within(
+        crate::error::Dependency::Postgres,
+        "postgres connect",
+        timeout,
+        PgConnection::connect_with(&opts),
+    )
+    .await?;
     let _ = conn.close().await;
     Ok(lazy_pool(opts, max))
 }

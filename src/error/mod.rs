@@ -250,6 +250,11 @@ impl ErrorClass {
         ErrorClass::Config,
     ];
 
+    /// This class's position in [`ErrorClass::ALL`] (and in report arrays).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The label used in `jobrelay_job_failures_total{kind}`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -366,6 +371,24 @@ impl From<redis::RedisError> for Error {
 impl From<sqlx::migrate::MigrateError> for Error {
     fn from(e: sqlx::migrate::MigrateError) -> Self {
         Error::Migrate(e)
+    }
+}
+
+/// `fut`, bounded by `after`: its own error, or [`Error::Timeout`] naming `dependency` and
+/// `what` when it does not finish in time.
+pub(crate) async fn within<T, E: Into<Error>>(
+    dependency: Dependency,
+    what: &'static str,
+    after: std::time::Duration,
+    fut: impl std::future::Future<Output = std::result::Result<T, E>>,
+) -> Result<T> {
+    match tokio::time::timeout(after, fut).await {
+        Ok(r) => r.map_err(Into::into),
+        Err(_) => Err(Error::Timeout {
+            dependency,
+            what,
+            after,
+        }),
     }
 }
 

@@ -83,6 +83,11 @@ impl Reason {
         Reason::Other,
     ];
 
+    /// This reason's position in [`Reason::ALL`] (and in report arrays).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The name used in logs (`reason` field), `/readyz` and `jobrelay check`.
     pub fn as_str(self) -> &'static str {
         match self {

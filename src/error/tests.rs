@@ -281,3 +281,13 @@ fn configuration_errors_are_a_class_of_their_own() {
         .collect();
     assert_eq!(kept, [ErrorClass::Transient, ErrorClass::Config]);
 }
+
+#[test]
+fn classes_and_reasons_index_their_place_in_all() {
+    for (i, c) in ErrorClass::ALL.iter().enumerate() {
+        assert_eq!(c.index(), i, "{c:?}");
+    }
+    for (i, r) in Reason::ALL.iter().enumerate() {
+        assert_eq!(r.index(), i, "{r:?}");
+    }
+}

@@ -472,13 +472,6 @@ impl<S: JobSink> Batcher<S> {
         fut: impl std::future::Future<Output = std::result::Result<T, E>>,
     ) -> Result<T> {
         let after = self.settings.statement_timeout;
-        match tokio::time::timeout(after, fut).await {
-            Ok(r) => r.map_err(Into::into),
-            Err(_) => Err(Error::Timeout {
-                dependency: crate::error::Dependency::Postgres,
-                what,
-                after,
-            }),
-        }
+        crate::error::within(crate::error::Dependency::Postgres, what, after, fut).await
     }
 }

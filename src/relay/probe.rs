@@ -28,7 +28,7 @@ pub use super::backlog::HorizonWatch;
 use super::health::{Dependency, Health};
 use crate::broker::connection::{RedisConnection, RedisEndpoint};
 use crate::broker::safety::{Eviction, RedisSafety};
-use crate::error::{Error, LockHolder, Reason, Result};
+use crate::error::{within, Error, LockHolder, Reason, Result};
 use crate::job::layout::LayoutKind;
 use crate::table::TableName;
 use crate::telemetry::events::Event as _;
@@ -305,29 +305,20 @@ impl Probe {
             tx.rollback().await?;
             Ok::<_, sqlx::Error>(true)
         };
-        tokio::time::timeout(self.timeout.max(BACKLOG_INTERVAL), check)
-            .await
-            .map_err(|_| Error::Timeout {
-                dependency: crate::error::Dependency::Postgres,
-                what: "postgres room check",
-                after: self.timeout.max(BACKLOG_INTERVAL),
-            })?
-            .map_err(Error::Database)
+        let after = self.timeout.max(BACKLOG_INTERVAL);
+        within(Dependency::Postgres, "postgres room check", after, check).await
     }
 
     /// The oldest of what holds the database's xmin horizon back, if anything does.
     pub async fn horizon(&self) -> Result<Option<Horizon>> {
         // The simple query protocol: one round trip, whatever pooler is in between.
-        let found = tokio::time::timeout(
+        let found = within(
+            Dependency::Postgres,
+            "postgres horizon check",
             self.timeout.max(BACKLOG_INTERVAL),
             sqlx::Executor::fetch_optional(&self.pool, HORIZON_SQL),
         )
-        .await
-        .map_err(|_| Error::Timeout {
-            dependency: crate::error::Dependency::Postgres,
-            what: "postgres horizon check",
-            after: self.timeout.max(BACKLOG_INTERVAL),
-        })??;
+        .await?;
         let Some(row) = found else {
             return Ok(None);
         };

@@ -63,11 +63,11 @@ async fn step(
         Some(c) => c,
         None => con.insert(crate::broker::connection::connect(client, timeout).await?),
     };
-    tokio::time::timeout(timeout, enqueuer.repair(con, REPAIR_GRACE, REPAIR_LIMIT))
-        .await
-        .map_err(|_| crate::Error::Timeout {
-            dependency: crate::error::Dependency::Redis,
-            what: "redis housekeeping",
-            after: timeout,
-        })?
+    crate::error::within(
+        crate::error::Dependency::Redis,
+        "redis housekeeping",
+        timeout,
+        enqueuer.repair(con, REPAIR_GRACE, REPAIR_LIMIT),
+    )
+    .await
 }

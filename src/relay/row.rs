@@ -15,8 +15,8 @@ use crate::pg_timestamp::{PgTimestamp, RELAYABLE_RANGE};
 
 /// A row as the claim query returns it (`headers` as JSON text; the timestamps as Postgres
 /// stores them, so that any value decodes and a row handed back keeps it exactly).
-#[derive(Debug, PartialEq)]
-#[cfg_attr(test, derive(Clone))]
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone, PartialEq))]
 pub(crate) struct PendingRow {
     pub id: i64,
     pub uuid: Uuid,
@@ -197,7 +197,7 @@ impl<'r> sqlx::FromRow<'r, PgRow> for ClaimedRow {
 /// ([`super::Queries::retry`], [`super::Queries::dead_letter`], rendered with
 /// `columns::unnest(ALL)`): one array per column, bound in the order of `columns::COLUMNS`
 /// (`$1`, `$2`, ...), `available_at` as a delay in seconds.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct RowArrays {
     id: Vec<i64>,
     uuid: Vec<Uuid>,

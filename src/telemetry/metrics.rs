@@ -10,8 +10,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::broker::enqueue::Outcome;
 use crate::error::{ErrorClass, Reason};
+use crate::job::Outcome;
 
 /// Counter, label `outcome`: jobs Redis accepted (or recognised as duplicates).
 pub const JOBS_RELAYED: &str = "jobrelay_jobs_relayed_total";
@@ -137,7 +137,7 @@ pub struct Totals {
 
 /// The tallies of this process so far.
 pub fn totals() -> Totals {
-    let failed = |k: ErrorClass| FAILED[kind_index(k)].load(Ordering::Relaxed);
+    let failed = |k: ErrorClass| FAILED[k.index()].load(Ordering::Relaxed);
     Totals {
         relayed: RELAYED.load(Ordering::Relaxed),
         transient: failed(ErrorClass::Transient),
@@ -145,15 +145,6 @@ pub fn totals() -> Totals {
         permanent: failed(ErrorClass::Permanent),
         config: failed(ErrorClass::Config),
         dead_lettered: DEAD_LETTERED.load(Ordering::Relaxed),
-    }
-}
-
-fn kind_index(k: ErrorClass) -> usize {
-    match k {
-        ErrorClass::Transient => 0,
-        ErrorClass::PerJob => 1,
-        ErrorClass::Permanent => 2,
-        ErrorClass::Config => 3,
     }
 }
 
@@ -208,7 +199,7 @@ pub(in crate::telemetry) fn relayed(outcome: Outcome, n: u64) {
 /// Counts failed pushes of one kind, for one reason.
 pub(in crate::telemetry) fn failures(kind: ErrorClass, reason: Reason, n: u64) {
     if n > 0 {
-        FAILED[kind_index(kind)].fetch_add(n, Ordering::Relaxed);
+        FAILED[kind.index()].fetch_add(n, Ordering::Relaxed);
         failure_counter(kind, reason).increment(n);
     }
 }

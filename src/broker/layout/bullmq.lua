@@ -103,13 +103,7 @@ for i = 1, n do
   end
   ids[i], bases[i], job_keys[i] = id, base, base .. id
 end
-local some_jobs_exist = false
-for s = 1, n, CHUNK do
-  if redis.call('EXISTS', unpack(job_keys, s, math.min(s + CHUNK - 1, n))) > 0 then
-    some_jobs_exist = true
-    break
-  end
-end
+local some_jobs_exist = any_exists(job_keys)
 
 for i = 0, n - 1 do
   local b = 2 + i * FIELDS

@@ -28,9 +28,8 @@ mod peek;
 use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
 
-use super::{refuse_flows, Layout, LayoutKind, Unfit};
+use super::{push_keys, refuse_flows, Layout, LayoutKind, Unfit};
 use crate::job::Job;
 
 /// The layout.
@@ -119,17 +118,7 @@ impl Layout for Bullmq {
         encoded: &[u8],
         key: &mut String,
     ) {
-        let mut uuid = Uuid::encode_buffer();
-        key.clear();
-        key.push_str(namespace);
-        key.push_str(MARKER_INFIX);
-        key.push_str(job.uuid.hyphenated().encode_lower(&mut uuid));
-        inv.key(&*key);
-        key.truncate(namespace.len());
-        key.push_str(&job.queue);
-        key.push_str(WAIT_SUFFIX);
-        inv.key(&*key);
-        key.clear();
+        push_keys(self, inv, namespace, job, key);
         if let Some(at) = job.run_at {
             let _ = write!(key, "{}", epoch_ms_ceil(at));
         }
@@ -145,9 +134,13 @@ impl Layout for Bullmq {
         MARKER_INFIX
     }
 
-    /// The wait list: `<ns><queue>:wait`.
-    fn queue_key(&self, namespace: &str, queue: &str) -> String {
-        format!("{namespace}{queue}{WAIT_SUFFIX}")
+    /// BullMQ's keys have no infix: the wait list is `<ns><queue>:wait`.
+    fn queue_infix(&self) -> &'static str {
+        ""
+    }
+
+    fn queue_suffix(&self) -> &'static str {
+        WAIT_SUFFIX
     }
 
     fn orders_flows(&self) -> bool {
@@ -159,6 +152,7 @@ impl Layout for Bullmq {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+    use uuid::Uuid;
 
     fn job(payload: &str) -> Job {
         Job {

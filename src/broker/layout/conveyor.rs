@@ -25,8 +25,8 @@ use std::fmt::Write as _;
 use prost::Message;
 use uuid::Uuid;
 
-use super::{push_keys, uuid_str, Layout, LayoutKind, Unfit};
-use crate::job::{epoch_score, timestamp, Job};
+use super::{push_keys, write_flow_route, Layout, LayoutKind, Unfit};
+use crate::job::{timestamp, Job};
 use crate::proto::wire;
 
 /// The layout.
@@ -101,18 +101,14 @@ impl Layout for Conveyor {
     ) {
         push_keys(self, inv, namespace, job, key);
         let anchored = job.parent_uuid.is_some() || job.predecessor_uuid.is_some();
-        if anchored || job.run_at.is_some() || job.dead_parent {
-            let (mut parent, mut pred) = (Uuid::encode_buffer(), Uuid::encode_buffer());
+        if write_flow_route(job, key) {
+            // And the run_at's whole seconds (conveyor's own score).
             let _ = write!(
                 key,
-                "{}|{}|{}|{}|{}",
-                if job.dead_parent { "1" } else { "0" },
-                uuid_str(job.parent_uuid, &mut parent),
-                uuid_str(job.predecessor_uuid, &mut pred),
-                job.run_at.map(epoch_score).unwrap_or_default(),
+                "|{}",
                 job.run_at
                     .map(|t| t.timestamp().to_string())
-                    .unwrap_or_default(),
+                    .unwrap_or_default()
             );
         }
         inv.arg(&*key).arg(encoded);

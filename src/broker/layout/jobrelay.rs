@@ -5,13 +5,10 @@
 #[cfg(feature = "daemon")]
 mod peek;
 
-use std::fmt::Write as _;
-
 use prost::Message;
-use uuid::Uuid;
 
-use super::{push_keys, uuid_str, Layout, LayoutKind, Unfit};
-use crate::job::{epoch_score, Job};
+use super::{push_keys, write_flow_route, Layout, LayoutKind, Unfit};
+use crate::job::Job;
 
 /// The layout.
 pub(super) static JOBRELAY: Jobrelay = Jobrelay;
@@ -53,21 +50,7 @@ impl Layout for Jobrelay {
         key: &mut String,
     ) {
         push_keys(self, inv, namespace, job, key);
-        if job.parent_uuid.is_some()
-            || job.predecessor_uuid.is_some()
-            || job.run_at.is_some()
-            || job.dead_parent
-        {
-            let (mut parent, mut pred) = (Uuid::encode_buffer(), Uuid::encode_buffer());
-            let _ = write!(
-                key,
-                "{}|{}|{}|{}",
-                if job.dead_parent { "1" } else { "0" },
-                uuid_str(job.parent_uuid, &mut parent),
-                uuid_str(job.predecessor_uuid, &mut pred),
-                job.run_at.map(epoch_score).unwrap_or_default()
-            );
-        }
+        write_flow_route(job, key);
         inv.arg(&*key).arg(encoded);
     }
 

@@ -115,9 +115,18 @@ pub trait Layout: Send + Sync + fmt::Debug {
         format!("{namespace}{}{}", self.marker_infix(), uuid.hyphenated())
     }
 
-    /// The queue list's key: `<namespace><queue infix><queue>`.
+    /// What follows the queue's name in its list's key (BullMQ's `:wait`).
+    fn queue_suffix(&self) -> &'static str {
+        ""
+    }
+
+    /// The queue list's key: `<namespace><queue infix><queue><queue suffix>`.
     fn queue_key(&self, namespace: &str, queue: &str) -> String {
-        format!("{namespace}{}{queue}", self.queue_infix())
+        format!(
+            "{namespace}{}{queue}{}",
+            self.queue_infix(),
+            self.queue_suffix()
+        )
     }
 
     /// Whether a job must reach Redis no later than the job it names as its parent or
@@ -182,6 +191,7 @@ pub(crate) fn job_keys(layout: &dyn Layout, namespace: &str, job: &Job, out: &mu
     out.push_str(namespace);
     out.push_str(layout.queue_infix());
     out.push_str(&job.queue);
+    out.push_str(layout.queue_suffix());
     queue_at
 }
 
@@ -202,6 +212,30 @@ pub(crate) fn refuse_flows(job: &Job, why: &str) -> Result<(), Unfit> {
         "{why}: the row names {}",
         named.join(" and ")
     )))
+}
+
+/// The route of a job that names a parent, a predecessor, a `run_at` or `dead_parent`, as the
+/// jobrelay and conveyor scripts parse it: `<dead_parent 1/0>|<parent>|<predecessor>|<run_at
+/// score>` appended to `out`; nothing for a job with none of them. Returns whether it wrote.
+pub(crate) fn write_flow_route(job: &Job, out: &mut String) -> bool {
+    use std::fmt::Write as _;
+    if job.parent_uuid.is_none()
+        && job.predecessor_uuid.is_none()
+        && job.run_at.is_none()
+        && !job.dead_parent
+    {
+        return false;
+    }
+    let (mut parent, mut pred) = (Uuid::encode_buffer(), Uuid::encode_buffer());
+    let _ = write!(
+        out,
+        "{}|{}|{}|{}",
+        if job.dead_parent { "1" } else { "0" },
+        uuid_str(job.parent_uuid, &mut parent),
+        uuid_str(job.predecessor_uuid, &mut pred),
+        job.run_at.map(crate::job::epoch_score).unwrap_or_default()
+    );
+    true
 }
 
 /// `u` lower-case hyphenated into `buf`, or `""`.

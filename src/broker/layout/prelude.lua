@@ -80,6 +80,17 @@ local function flush(zset_key)
   if #zset > 0 then variadic('ZADD', zset_key, zset) end
 end
 
+-- Whether any of `keys` exists: one variadic EXISTS per CHUNK.
+local function any_exists(keys)
+  local n = #keys
+  for s = 1, n, CHUNK do
+    if redis.call('EXISTS', unpack(keys, s, math.min(s + CHUNK - 1, n))) > 0 then
+      return true
+    end
+  end
+  return false
+end
+
 -- Dedup, fast path: one variadic EXISTS over the markers of the call's n jobs (KEYS[1], KEYS[3],
 -- ...: every layout passes each job's marker, then its queue). Almost always none exists, and
 -- the per-job EXISTS is skipped; otherwise each job is checked on its own.
@@ -88,12 +99,7 @@ local function any_marker_exists(n)
   for i = 0, n - 1 do
     markers[i + 1] = KEYS[2 * i + 1]
   end
-  for s = 1, n, CHUNK do
-    if redis.call('EXISTS', unpack(markers, s, math.min(s + CHUNK - 1, n))) > 0 then
-      return true
-    end
-  end
-  return false
+  return any_exists(markers)
 end
 
 -- Writes the markers, pairs of key and value, last: with the TTL (milliseconds, a string) a SET

@@ -49,13 +49,7 @@ for i = 1, n do
   local uuid = string.sub(KEYS[2 * i - 1], -36)
   uuids[i], job_keys[i] = uuid, JOB .. uuid
 end
-local some_jobs = false
-for s = 1, n, CHUNK do
-  if redis.call('EXISTS', unpack(job_keys, s, math.min(s + CHUNK - 1, n))) > 0 then
-    some_jobs = true
-    break
-  end
-end
+local some_jobs = any_exists(job_keys)
 
 -- The job hash's fields and values in Job.to_dict's order, one table for queued jobs and one for
 -- scheduled ones, whose values 2 (created_at), 4 (data), 22 (origin) and 24 (description) are
@@ -115,11 +109,7 @@ for i = 1, n do
         score = math.ceil(at)
       end
     end
-    -- The keys' types, once known to fit, are not looked at again.
-    local refusal = nil
-    if types[key] ~= want or types[QUEUES] ~= 'set' then
-      refusal = wrong_type(key, want, QUEUES)
-    end
+    local refusal = wrong_type(key, want, QUEUES)
     if refusal then
       result[i] = refusal
     else
@@ -133,13 +123,9 @@ for i = 1, n do
       end
       local desc, meta = ARGV[b + 3], nil
       if string.byte(desc, 1) == FRAMED then
-        local colon = string.find(desc, ':', 2, true)
-        local len = colon and tonumber(string.sub(desc, 2, colon - 1))
-        if len == nil then
-          return redis.error_reply('rq enqueue script: malformed description frame')
-        end
-        meta = string.sub(desc, colon + 1 + len)
-        desc = string.sub(desc, colon + 1, colon + len)
+        local after
+        desc, after = field(ARGV[b + 3], 2)
+        meta = string.sub(ARGV[b + 3], after)
       end
       local h = outcome == 1 and FIELDS_QUEUED or FIELDS_SCHEDULED
       h[2], h[4], h[22], h[24] = created, ARGV[b + 2], origin, desc

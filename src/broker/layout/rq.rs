@@ -28,7 +28,7 @@
 mod peek;
 mod pyrepr;
 
-use std::fmt::Write as _;
+use std::io::Write as _;
 
 use chrono::{DateTime, Utc};
 
@@ -64,13 +64,12 @@ const SHAPE: &str = "the rq layout needs the payload to be a JSON array of args 
                      {\"args\": [...], \"kwargs\": {...}}";
 
 /// RQ's `utcformat`: `%Y-%m-%dT%H:%M:%S.%fZ`. Written digit by digit: chrono's `format` parses
-/// its pattern on every call, a microsecond a job in this layout's two timestamps.
+/// its pattern on every call, half a microsecond a job.
 fn utcformat(t: DateTime<Utc>, buf: &mut Vec<u8>) {
     use chrono::{Datelike as _, Timelike as _};
     let (year, nanos) = (t.year(), t.nanosecond());
     if !(0..=9999).contains(&year) || nanos >= 1_000_000_000 {
         // Beyond Python's datetime (or a leap second): as chrono writes it.
-        use std::io::Write as _;
         let _ = write!(buf, "{}", t.format("%Y-%m-%dT%H:%M:%S%.6fZ"));
         return;
     }
@@ -211,7 +210,8 @@ fn fields(encoded: &[u8]) -> [&[u8]; FIELDS] {
 }
 
 impl Rq {
-    /// `created_at`, `data`, and `description`, framed with the meta when the job has headers
+    /// `created_at` (after `@<run_at>|` for a job with a `run_at`: the script's route), `data`,
+    /// and `description`, framed with the meta when the job has headers
     /// (`\0<n>:<n bytes of description><meta>`, the script's form: no argument of its own for
     /// what most jobs lack). `enqueued_at` is the script's, from Redis's clock.
     fn encode_fields(job: &Job, buf: &mut Vec<u8>) -> Result<(), Unfit> {
@@ -223,7 +223,12 @@ impl Rq {
         let (args, kwargs) = split_payload(&job.payload, SHAPE)?;
         let mut desc = String::with_capacity(job.job_type.len() + args.len() + kwargs.len() + 8);
         description(&job.job_type, args, kwargs, &mut desc)?;
-        field(buf, |b| utcformat(job.created_at, b));
+        field(buf, |b| {
+            if let Some(at) = job.run_at {
+                let _ = write!(b, "@{}|", epoch_score(at));
+            }
+            utcformat(job.created_at, b)
+        });
         let mut data = Vec::with_capacity(job.job_type.len() + args.len() + kwargs.len() + 16);
         data.push(b'[');
         json_str(&job.job_type, &mut data);
@@ -238,7 +243,7 @@ impl Rq {
                 b.extend_from_slice(desc.as_bytes());
                 return;
             }
-            let _ = write!(DisplayBytes(b), "\0{}:", desc.len());
+            let _ = write!(b, "\0{}:", desc.len());
             b.extend_from_slice(desc.as_bytes());
             // json.dumps of a dict of strings.
             b.push(b'{');
@@ -252,16 +257,6 @@ impl Rq {
             }
             b.push(b'}');
         });
-        Ok(())
-    }
-}
-
-/// `write!` into a byte buffer.
-struct DisplayBytes<'a>(&'a mut Vec<u8>);
-
-impl std::fmt::Write for DisplayBytes<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
         Ok(())
     }
 }
@@ -283,8 +278,9 @@ impl Layout for Rq {
         Rq::encode_fields(job, buf)
     }
 
-    /// Two keys, the marker key and the queue key, and three arguments: `created_at` (after
-    /// `@<run_at>|` for a job with a `run_at`, in epoch seconds), `data`, `description`.
+    /// Two keys, the marker key and the queue key, and the encoding's three fields as
+    /// arguments: `created_at` (after `@<run_at>|` for a job with a `run_at`, in epoch
+    /// seconds), `data`, `description`.
     fn push_args(
         &self,
         inv: &mut redis::ScriptInvocation<'_>,
@@ -294,18 +290,9 @@ impl Layout for Rq {
         key: &mut String,
     ) {
         push_keys(self, inv, namespace, job, key);
-        let [created, data, description] = fields(encoded);
-        match job.run_at {
-            None => inv.arg(created),
-            Some(at) => {
-                let _ = write!(key, "@{}|", epoch_score(at));
-                // utcformat writes ASCII.
-                key.push_str(std::str::from_utf8(created).unwrap_or_default());
-                inv.arg(&*key)
-            }
-        };
-        inv.arg(data);
-        inv.arg(description);
+        for f in fields(encoded) {
+            inv.arg(f);
+        }
     }
 
     fn args_overhead(&self, namespace: &str, job: &Job, _encoded_len: usize) -> usize {

@@ -33,9 +33,11 @@ impl Default for BatchSettings {
             batch_size: crate::defaults::DEFAULT_BATCH_SIZE,
             max_batch_bytes: crate::defaults::DEFAULT_BATCH_MAX_BYTES,
             max_job_bytes: crate::defaults::DEFAULT_MAX_JOB_SIZE,
-            max_attempts: 25,
-            statement_timeout: Duration::from_secs(15),
-            idle_in_transaction_timeout: Duration::from_secs(20),
+            max_attempts: crate::defaults::DEFAULT_MAX_ATTEMPTS,
+            statement_timeout: crate::defaults::STATEMENT_TIMEOUT,
+            // The daemon's: a push may take its whole timeout between two statements.
+            idle_in_transaction_timeout: crate::defaults::DEFAULT_PUSH_TIMEOUT
+                + crate::defaults::STATEMENT_TIMEOUT,
             claim_slots: None,
         }
     }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::Event;
-use crate::broker::enqueue::Outcome;
 use crate::error::{Error, ErrorClass, Reason};
+use crate::job::Outcome;
 use crate::relay::report::Report;
 use crate::telemetry::{metrics, redact};
 
@@ -18,39 +18,29 @@ pub struct Failures {
     counts: [[u64; Reason::ALL.len()]; ErrorClass::ALL.len()],
 }
 
-fn kind_index(kind: ErrorClass) -> usize {
-    ErrorClass::ALL
-        .iter()
-        .position(|k| *k == kind)
-        .expect("every kind is in ErrorClass::ALL")
-}
-
-fn reason_index(reason: Reason) -> usize {
-    Reason::ALL
-        .iter()
-        .position(|r| *r == reason)
-        .expect("every reason is in Reason::ALL")
-}
-
 impl Failures {
     /// Counts `n` failures of `kind` for `reason`.
     pub fn add(&mut self, kind: ErrorClass, reason: Reason, n: u64) {
-        self.counts[kind_index(kind)][reason_index(reason)] += n;
+        self.counts[kind.index()][reason.index()] += n;
     }
 
     /// Failures of `kind`, whatever their reason.
     pub fn of_kind(&self, kind: ErrorClass) -> u64 {
-        self.counts[kind_index(kind)].iter().sum()
+        self.counts[kind.index()].iter().sum()
     }
 
     /// `(kind, reason, count)` for every count that is not zero.
     pub fn iter(&self) -> impl Iterator<Item = (ErrorClass, Reason, u64)> + '_ {
-        ErrorClass::ALL.iter().flat_map(move |k| {
-            Reason::ALL
-                .iter()
-                .map(move |r| (*k, *r, self.counts[kind_index(*k)][reason_index(*r)]))
-                .filter(|(_, _, n)| *n > 0)
-        })
+        ErrorClass::ALL
+            .iter()
+            .zip(&self.counts)
+            .flat_map(|(k, counts)| {
+                Reason::ALL
+                    .iter()
+                    .zip(counts)
+                    .filter(|(_, n)| **n > 0)
+                    .map(move |(r, n)| (*k, *r, *n))
+            })
     }
 }
 

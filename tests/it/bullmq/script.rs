@@ -97,8 +97,8 @@ fn stream(con: &mut redis::Connection, key: &str) -> Vec<Vec<String>> {
 }
 
 /// The job hashes: the same fields and values but for the moment and delay of the add.
-#[sqlx::test]
-async fn the_job_hashes_are_what_queue_add_writes(_pool: PgPool) {
+#[tokio::test]
+async fn the_job_hashes_are_what_queue_add_writes() {
     let Added {
         mut con,
         now_job,
@@ -145,8 +145,8 @@ async fn the_job_hashes_are_what_queue_add_writes(_pool: PgPool) {
 /// The id counter counts custom ids too; the meta hash has BullMQ's event limit; the wait list
 /// holds the job due now; the events are the same entries, but for the delayed event's due
 /// time.
-#[sqlx::test]
-async fn the_id_counter_meta_wait_list_and_events_are_what_queue_add_writes(_pool: PgPool) {
+#[tokio::test]
+async fn the_id_counter_meta_wait_list_and_events_are_what_queue_add_writes() {
     let Added {
         mut con,
         now_job,
@@ -185,8 +185,8 @@ async fn the_id_counter_meta_wait_list_and_events_are_what_queue_add_writes(_poo
 
 /// The delayed set's score: the due millisecond times 0x1000; the marker: 0 for waiting jobs,
 /// the next due time for delayed ones; jobrelay's marker holds the job hash's key.
-#[sqlx::test]
-async fn the_delayed_set_and_the_markers_hold_what_bullmq_reads(_pool: PgPool) {
+#[tokio::test]
+async fn the_delayed_set_and_the_markers_hold_what_bullmq_reads() {
     let Added {
         mut con,
         now_job,
@@ -221,8 +221,8 @@ async fn the_delayed_set_and_the_markers_hold_what_bullmq_reads(_pool: PgPool) {
 
 /// A job BullMQ already holds (its hash exists, no marker of ours): a duplicate, nothing
 /// written, as BullMQ's own add.
-#[sqlx::test]
-async fn a_job_bullmq_already_holds_is_a_duplicate(_pool: PgPool) {
+#[tokio::test]
+async fn a_job_bullmq_already_holds_is_a_duplicate() {
     let Added {
         mut con,
         mut acon,
@@ -247,8 +247,8 @@ async fn a_job_bullmq_already_holds_is_a_duplicate(_pool: PgPool) {
 
 /// A key of another type refuses the job and writes nothing for it; so does an id counter that
 /// is not an integer (INCRBY would fail mid-call).
-#[sqlx::test]
-async fn keys_bullmq_could_not_use_refuse_the_job_and_nothing_is_written(_pool: PgPool) {
+#[tokio::test]
+async fn keys_bullmq_could_not_use_refuse_the_job_and_nothing_is_written() {
     let (_redis, mut con, mut acon) = private_redis().await;
     let enqueuer = bullmq_enqueuer();
     for (queue, key, value, says) in [
@@ -285,8 +285,8 @@ async fn keys_bullmq_could_not_use_refuse_the_job_and_nothing_is_written(_pool: 
 
 /// A paused queue: the job waits without the workers' marker (BullMQ 6); a paused queue of
 /// BullMQ 5 (its meta's version) gets it in its paused list.
-#[sqlx::test]
-async fn a_paused_queue_gets_the_job_where_its_bullmq_version_looks(_pool: PgPool) {
+#[tokio::test]
+async fn a_paused_queue_gets_the_job_where_its_bullmq_version_looks() {
     let (_redis, mut con, mut acon) = private_redis().await;
     let enqueuer = bullmq_enqueuer();
     for (q, version, list) in [

@@ -6,8 +6,8 @@ use super::*;
 /// into its meta hash), 300 jobs relayed in one call leave the stream as long as 300
 /// `Queue.add`s leave BullMQ's own, give or take one stream node (an approximate trim drops
 /// whole nodes; the entries' ids differ).
-#[sqlx::test]
-async fn the_events_stream_is_trimmed_as_queue_add_trims_it(_pool: PgPool) {
+#[tokio::test]
+async fn the_events_stream_is_trimmed_as_queue_add_trims_it() {
     const JOBS: usize = 300;
     const MAX_EVENTS: usize = 150;
     let redis = RedisServer::start();

@@ -218,9 +218,7 @@ impl BullmqWorker {
     }
 
     fn tail_of_logs(&self) -> String {
-        let logs = self.logs();
-        let lines: Vec<&str> = logs.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        super::last_lines(&self.logs(), 40)
     }
 
     /// Runs `script` (JavaScript) with node, BullMQ importable and the worker's environment

@@ -195,9 +195,7 @@ impl CeleryWorker {
     }
 
     fn tail_of_logs(&self) -> String {
-        let logs = self.logs();
-        let lines: Vec<&str> = logs.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        super::last_lines(&self.logs(), 40)
     }
 
     /// Runs `script` (Python) with celery's interpreter, the app importable as `app` (its tasks

@@ -309,6 +309,12 @@ where
     }
 }
 
+/// The last `n` lines of `text` (a child's log, for a failure message).
+pub fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 /// The whole lines of a file another process appends to (a real worker's record of what it
 /// ran): a last line still being written, without its newline, is left out; a missing file has
 /// none.

@@ -8,8 +8,8 @@ use crate::common::random_json::{RandomJson, Space};
 /// every form, values on both sides of the 75-character cut) enqueued in the rq layout, then
 /// read by RQ 2.12's Python: `data` through `zlib.decompress` and `json.loads`, the description
 /// against `rq.utils.get_call_string(func, args, kwargs, max_length=75)`.
-#[sqlx::test]
-async fn descriptions_and_data_are_what_rq_makes_of_them(_pool: PgPool) {
+#[tokio::test]
+async fn descriptions_and_data_are_what_rq_makes_of_them() {
     use rand::{Rng, SeedableRng};
     let ns = Namespace::new();
     let enqueuer = rq_enqueuer(&ns);

@@ -11,8 +11,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::*;
-use crate::broker::enqueue::Outcome;
 use crate::error::{Dependency, Error, ErrorClass, Reason};
+use crate::job::Outcome;
 use crate::relay::probe::Horizon;
 use crate::relay::report::Report;
 use crate::table::TableName;
