@@ -3,6 +3,7 @@
 //! - `enqueue`: the enqueue algorithm against Redis (every branch, dedup markers, namespace);
 //! - `relay`: the claim loop (claim, settle, workers, sweep, limits, hostile rows, supervision);
 //! - `wakeup`: NOTIFY and the advisory wake-up lock;
+//! - `marks`: dedup markers as members of sets (the bullmq and rq layouts);
 //! - `faults`: process deaths, Redis and Postgres outages, rows that fail;
 //! - `producer`, `producer_only`: the producer library and its dependency footprint;
 //! - `conveyor`: the conveyor layout, checked by a Rust port of conveyor's consumer;
@@ -33,6 +34,7 @@ mod conveyor;
 mod docs;
 mod enqueue;
 mod faults;
+mod marks;
 mod ops;
 mod producer;
 mod producer_only;

@@ -5,14 +5,13 @@
 -- getDelayedScore.lua, addDelayMarkerIfNeeded.lua), for a batch of jobs in one atomic call, with
 -- a dedup marker of jobrelay's own. Helpers: prelude.lua, prepended.
 --
--- KEYS     2 per job: marker key (<ns>jobrelay:bullmq:<uuid>), the queue's wait list
---          (<ns><queue>:wait); the queue's other keys (<ns><queue>:id, :meta, :events, :marker,
+-- KEYS     1 per job: the queue's wait list (<ns><queue>:wait); the queue's other keys (<ns><queue>:id, :meta, :events, :marker,
 --          :delayed, :active, :paused) and the job's hash (<ns><queue>:<uuid>) are named from it,
 --          all under the namespace (one hash slot with a hash-tagged namespace, as BullMQ's own
 --          scripts on a Cluster).
 -- ARGV[1]  key namespace: BullMQ's prefix followed by ':' ("bull:" for BullMQ's default)
 -- ARGV[2]  dedup marker TTL in milliseconds ("0": the marker never expires)
--- then 3 values per job: route, name, data
+-- then 4 values per job: uuid, route, name, data
 -- where route is "" for a job without run_at, else run_at in epoch milliseconds (rounded up),
 -- name is the job's name (job_type) and data its JSON (the payload).
 --
@@ -35,13 +34,14 @@
 --   reads the stream before the script ends); measured 0.25 us a job less.
 -- maxEvents: HGET <q>:meta opts.maxLenEvents, set to 10000 if absent (getOrSetMaxEvents).
 --
--- Dedup: the job's marker exists, or the same uuid came earlier in this call, or BullMQ already
+-- Dedup: the job's uuid is marked (prelude.lua, markers as sets: <ns>jobrelay:bullmq:marks:...),
+-- or the same uuid came earlier in this call, or BullMQ already
 -- holds a job hash of that id (its own add would answer "duplicated" and change nothing):
 -- outcome 5, nothing written. A key of another type refuses the job (a string, nothing
--- written for it, no marker). Markers are written last; each holds the job hash's key.
+-- written for it, no marker). Markers are written last.
 local ttl = ARGV[2]
-local FIELDS = 3
-local n = #KEYS / 2
+local FIELDS = 4
+local n = #KEYS
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -80,13 +80,10 @@ local function queue_of(base)
   return q
 end
 
-local markers = {}
 local seen = {}
 local result = {}
 -- The accepted jobs, in order: their positions (1-based), and by position their queue and delay.
 local accepted, queue_at, delays = {}, {}, {}
-
-local some_exist = any_marker_exists(n)
 
 -- Likewise the job hashes: one variadic EXISTS over every job's hash key (almost always none
 -- exists: BullMQ already holds a job of that id only if the relay's marker expired or the job was
@@ -94,9 +91,9 @@ local some_exist = any_marker_exists(n)
 local ids, bases, job_keys = {}, {}, {}
 local base_of = {}
 for i = 1, n do
-  -- The marker key ends with the uuid (36 characters); the wait key with 'wait'.
-  local wait = KEYS[2 * i]
-  local id, base = string.sub(KEYS[2 * i - 1], -36), base_of[wait]
+  -- Job i's uuid is its first argument; the wait key ends with 'wait'.
+  local wait = KEYS[i]
+  local id, base = ARGV[3 + (i - 1) * FIELDS], base_of[wait]
   if base == nil then
     base = string.sub(wait, 1, -5)
     base_of[wait] = base
@@ -104,19 +101,23 @@ for i = 1, n do
   ids[i], bases[i], job_keys[i] = id, base, base .. id
 end
 local some_jobs_exist = any_exists(job_keys)
+open_marks(ARGV[1] .. 'jobrelay:bullmq:marks:', ttl, now)
+local marked_already = marked(ids)
 
 for i = 0, n - 1 do
   local b = 2 + i * FIELDS
-  local marker = KEYS[2 * i + 1]
-  local route = ARGV[b + 1]
-  if seen[marker] or (some_exist and redis.call('EXISTS', marker) == 1) then
+  local route = ARGV[b + 2]
+  local id = ids[i + 1]
+  local m = marked_already[id]
+  if seen[id] or m == true then
     result[i + 1] = 5
+  elseif m then
+    result[i + 1] = m
   else
     local q = queue_of(bases[i + 1])
     if q.refusal then
       result[i + 1] = q.refusal
     else
-      local id = ids[i + 1]
       local job_key = job_keys[i + 1]
       local have = 'none'
       if some_jobs_exist then have = type_of(job_key) end
@@ -126,7 +127,7 @@ for i = 0, n - 1 do
       elseif have ~= 'none' then
         result[i + 1] = 'WRONGTYPE key ' .. job_key .. ' holds a ' .. have .. ', not a hash'
       else
-        seen[marker] = true
+        seen[id] = true
         local delay = 0
         if route ~= '' then
           local at = tonumber(route)
@@ -142,8 +143,7 @@ for i = 0, n - 1 do
         q.jobs = q.jobs + 1
         accepted[#accepted + 1] = i + 1
         queue_at[i + 1], delays[i + 1] = q, delay
-        markers[#markers + 1] = marker
-        markers[#markers + 1] = job_key
+        mark(id)
         result[i + 1] = delay > 0 and 2 or 1
       end
     end
@@ -177,7 +177,7 @@ end
 
 for _, j in ipairs(accepted) do
   local q, id, job_key, delay = queue_at[j], ids[j], job_keys[j], delays[j]
-  -- Job j's arguments: ARGV[3 + FIELDS * (j - 1)] (route), then its name and data.
+  -- Job j's arguments: ARGV[3 + FIELDS * (j - 1)] (uuid), then its route, name and data.
   local name, data = ARGV[FIELDS * j + 1], ARGV[FIELDS * j + 2]
   local events = q.events
   if delay > 0 then
@@ -234,5 +234,5 @@ for _, q in ipairs(queue_order) do
   end
 end
 
-write_markers(markers, ttl)
+write_marks()
 return result

@@ -14,8 +14,8 @@
 //!   `payload` its `data` (which must be JSON, written as the row gave it, surrounding whitespace
 //!   left out); `opts` are what `Queue.add` stores for `{jobId}` (`{"jobId":..,"attempts":0}`,
 //!   and `delay` for a future `run_at`), `timestamp` Redis's time of the push in milliseconds.
-//! - The dedup marker `<ns>jobrelay:bullmq:<uuid>`, a key BullMQ never reads, holding the job
-//!   hash's key for `--dedup-ttl`: a row replayed after its job was removed on completion
+//! - The dedup marker: the uuid, a member of a set `<ns>jobrelay:bullmq:marks:<interval>:<digit>`
+//!   ([`Layout::marks_in_sets`]) BullMQ never reads, for `--dedup-ttl` (to twice that): a row replayed after its job was removed on completion
 //!   (`removeOnComplete`) is a duplicate, where BullMQ's own duplicate-id check (the job hash
 //!   exists) would add it again.
 //! - No flows: BullMQ's parent waits for its children (the reverse of a jobrelay parent), so a
@@ -29,7 +29,7 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 
-use super::{push_keys, refuse_flows, Layout, LayoutKind, Unfit};
+use super::{push_queue_key, refuse_flows, Layout, LayoutKind, Unfit};
 use crate::job::Job;
 
 /// The layout.
@@ -39,14 +39,14 @@ pub(super) static BULLMQ: Bullmq = Bullmq;
 #[derive(Debug)]
 pub(super) struct Bullmq;
 
-/// The marker key's infix: `<ns>jobrelay:bullmq:<uuid>`.
+/// The marker sets' infix: `<ns>jobrelay:bullmq:marks:<interval>:<digit>`.
 const MARKER_INFIX: &str = "jobrelay:bullmq:";
 
 /// The wait list's suffix after the queue's name: `<ns><queue>:wait`.
 const WAIT_SUFFIX: &str = ":wait";
 
 /// What one job adds to a script call besides its data, the namespace (twice), its queue name
-/// and its name: the marker key's infix and uuid (52), `:wait` (5), the route (at most 20
+/// and its name: the uuid (36), `:wait` (5), the route (at most 20
 /// digits), the framing of five bulk strings (5 each plus the digits of their lengths, at most
 /// 3, 3, 2, 3 and 10): 125.
 const ARGS_OVERHEAD: usize = 144;
@@ -107,8 +107,7 @@ impl Layout for Bullmq {
         Ok(())
     }
 
-    /// Two keys, the marker `<ns>jobrelay:bullmq:<uuid>` and the wait list `<ns><queue>:wait`,
-    /// and three arguments: the route (empty, or `run_at` in epoch milliseconds), the job's
+    /// One key, the wait list `<ns><queue>:wait`, and four arguments: the uuid, the route (empty, or `run_at` in epoch milliseconds), the job's
     /// name and its data; see bullmq.lua.
     fn push_args(
         &self,
@@ -118,7 +117,7 @@ impl Layout for Bullmq {
         encoded: &[u8],
         key: &mut String,
     ) {
-        push_keys(self, inv, namespace, job, key);
+        push_queue_key(self, inv, namespace, job, key);
         if let Some(at) = job.run_at {
             let _ = write!(key, "{}", epoch_ms_ceil(at));
         }
@@ -143,6 +142,10 @@ impl Layout for Bullmq {
         WAIT_SUFFIX
     }
 
+    fn marks_in_sets(&self) -> bool {
+        true
+    }
+
     fn orders_flows(&self) -> bool {
         false
     }
@@ -152,7 +155,6 @@ impl Layout for Bullmq {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
-    use uuid::Uuid;
 
     fn job(payload: &str) -> Job {
         Job {
@@ -236,11 +238,8 @@ mod tests {
 
     #[test]
     fn keys() {
-        let u: Uuid = "6f1c2a3b-4d5e-4f60-8a71-92b3c4d5e6f7".parse().unwrap();
-        assert_eq!(
-            BULLMQ.marker_key("bull:", u),
-            "bull:jobrelay:bullmq:6f1c2a3b-4d5e-4f60-8a71-92b3c4d5e6f7"
-        );
+        assert!(BULLMQ.marks_in_sets());
+        assert_eq!(BULLMQ.marker_infix(), "jobrelay:bullmq:");
         assert_eq!(BULLMQ.queue_key("bull:", "emails"), "bull:emails:wait");
         assert_eq!(BULLMQ.queue_key("{bull}:", "emails"), "{bull}:emails:wait");
     }

@@ -75,7 +75,8 @@ impl LayoutKind {
 ///
 /// The script receives `ARGV[1]` = the namespace, `ARGV[2]` = the marker TTL in milliseconds
 /// (`"0"`: none), then each job's keys and arguments from [`Layout::push_args`] (two keys per
-/// job, its marker and its queue, in `KEYS`), and answers one element per job: an outcome code
+/// job, its marker and its queue, in `KEYS`; with [`Layout::marks_in_sets`], one key, its
+/// queue, and the uuid as its first argument), and answers one element per job: an outcome code
 /// ([`crate::Outcome`]) or a string saying why it refused that job (having written nothing for
 /// it).
 pub trait Layout: Send + Sync + fmt::Debug {
@@ -110,9 +111,20 @@ pub trait Layout: Send + Sync + fmt::Debug {
         "queue:"
     }
 
-    /// The dedup marker's key for `uuid`: `<namespace><marker infix><uuid>`.
+    /// The dedup marker's key for `uuid`: `<namespace><marker infix><uuid>`. Not for a layout
+    /// whose markers are members of sets ([`Layout::marks_in_sets`]).
     fn marker_key(&self, namespace: &str, uuid: Uuid) -> String {
         format!("{namespace}{}{}", self.marker_infix(), uuid.hyphenated())
+    }
+
+    /// Whether the layout's dedup markers are members of sets, one set per interval of the
+    /// marker TTL and per first hex digit of the uuid (`<namespace><marker infix>marks:<interval>:<digit>`,
+    /// or `<namespace><marker infix>marks:<digit>` without a TTL), instead of a key per job
+    /// (docs/layouts.md#markers-as-sets). Its scripts then get one key per job, its queue, and
+    /// its uuid as the first argument ([`push_queue_key`]). For layouts whose keys are all in
+    /// one hash slot or that refuse a Cluster: a set holds the markers of every queue.
+    fn marks_in_sets(&self) -> bool {
+        false
     }
 
     /// What follows the queue's name in its list's key (BullMQ's `:wait`).
@@ -177,6 +189,27 @@ pub(crate) fn push_keys(
     let queue_at = job_keys(layout, namespace, job, key);
     inv.key(&key[..queue_at]);
     inv.key(&key[queue_at..]);
+    key.clear();
+}
+
+/// Declares a job's queue key (`KEYS`, as [`Layout::queue_key`] names it, built in `key`, left
+/// empty) and passes its uuid as the first of its arguments: the form of the layouts whose
+/// markers are members of sets ([`Layout::marks_in_sets`]).
+pub(crate) fn push_queue_key(
+    layout: &dyn Layout,
+    inv: &mut redis::ScriptInvocation<'_>,
+    namespace: &str,
+    job: &Job,
+    key: &mut String,
+) {
+    let mut uuid = Uuid::encode_buffer();
+    key.clear();
+    key.push_str(namespace);
+    key.push_str(layout.queue_infix());
+    key.push_str(&job.queue);
+    key.push_str(layout.queue_suffix());
+    inv.key(&*key);
+    inv.arg(&*job.uuid.hyphenated().encode_lower(&mut uuid));
     key.clear();
 }
 

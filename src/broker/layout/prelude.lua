@@ -125,3 +125,79 @@ local function field(m, at)
   return string.sub(m, colon + 1, colon + len), colon + len + 1
 end
 
+
+-- Dedup markers as members of sets (the bullmq and rq layouts; docs/layouts.md#markers-as-sets).
+-- A key with a TTL per job costs Redis a keyspace entry and an expiry entry per job; a member of
+-- a set costs one entry, and a call writes a set's members with one SADD. The sets:
+-- <prefix><interval>:<shard>, where interval = floor(Redis TIME in ms / TTL) and shard is the
+-- uuid's first character (16 sets an interval). A uuid is marked while it is in its shard's set
+-- of the current or the previous interval: a marker lives between one TTL and two. A set expires
+-- three intervals after its own began, one after it is last read; before that, a call that finds
+-- sets of the interval before the previous one unlinks them (Redis then frees them in the
+-- background, not in the command that would have expired them). TTL "0": one set per shard,
+-- forever (<prefix><shard>).
+local marks = {}
+local function open_marks(prefix, ttl, now_ms)
+  local period = tonumber(ttl)
+  if period > 0 then
+    local iv = math.floor(now_ms / period)
+    marks.sets = {prefix .. string.format('%d', iv) .. ':', prefix .. string.format('%d', iv - 1) .. ':'}
+    marks.stale = prefix .. string.format('%d', iv - 2) .. ':'
+    marks.expire_at = string.format('%d', (iv + 3) * period)
+  else
+    marks.sets = {prefix}
+  end
+  marks.new, marks.new_order = {}, {}
+end
+
+-- The marks of `uuids`: a table of the uuids already marked (true), or of the uuids whose
+-- shard's set is a key of another type (the refusal, a string; nothing is written for them).
+local function marked(uuids)
+  local by, order = {}, {}
+  for i = 1, #uuids do
+    local u = uuids[i]
+    append(by, order, string.sub(u, 1, 1), u)
+  end
+  local found = {}
+  for _, shard in ipairs(order) do
+    local us = by[shard]
+    for _, base in ipairs(marks.sets) do
+      local key = base .. shard
+      for s = 1, #us, CHUNK do
+        local e = math.min(s + CHUNK - 1, #us)
+        local r = redis.pcall('SMISMEMBER', key, unpack(us, s, e))
+        if r.err then
+          local refusal = 'WRONGTYPE key ' .. key .. ' holds a ' .. type_of(key) .. ', not a set'
+          for j = s, e do found[us[j]] = refusal end
+        else
+          for j = 1, #r do
+            if r[j] == 1 and found[us[s + j - 1]] == nil then found[us[s + j - 1]] = true end
+          end
+        end
+      end
+    end
+  end
+  return found
+end
+
+-- Marks `uuid` (written by write_marks).
+local function mark(uuid)
+  append(marks.new, marks.new_order, string.sub(uuid, 1, 1), uuid)
+end
+
+-- Writes the marks, last: one SADD per shard (and its expiry), then unlinks the stale sets.
+local function write_marks()
+  local current = marks.sets[1]
+  for _, shard in ipairs(marks.new_order) do
+    local key = current .. shard
+    variadic('SADD', key, marks.new[shard])
+    if marks.expire_at then redis.call('PEXPIREAT', key, marks.expire_at) end
+  end
+  if marks.stale then
+    local stale = {}
+    for _, shard in ipairs({'0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'a', 'b', 'c', 'd', 'e', 'f'}) do
+      stale[#stale + 1] = marks.stale .. shard
+    end
+    if redis.call('EXISTS', unpack(stale)) > 0 then redis.call('UNLINK', unpack(stale)) end
+  end
+end

@@ -4,19 +4,18 @@
 -- jobs, in one atomic call, with a dedup marker of jobrelay's own. Helpers: prelude.lua and
 -- rq_utcformat.lua, prepended.
 --
--- KEYS     2 per job: marker key (<ns>jobrelay:rq:<uuid>), queue key (<ns>rq:queue:<queue>)
---          (declared as in the other layouts; RQ itself has no Cluster support and the relay
---          refuses a Cluster URL in this layout)
+-- KEYS     1 per job: its queue key (<ns>rq:queue:<queue>) (RQ itself has no Cluster support
+--          and the relay refuses a Cluster URL in this layout)
 -- ARGV[1]  key namespace, a raw prefix (empty for a stock RQ)
 -- ARGV[2]  dedup marker TTL in milliseconds ("0": the marker never expires)
--- then 3 values per job: created_at, data, description
+-- then 4 values per job: uuid, created_at, data, description
 -- where created_at is "@<run_at>|<created_at>" for a job with a run_at (epoch seconds,
 -- decimal), and description is "\0<n>:<n bytes of description><meta>" for a job with a meta.
 -- Every argument a job adds costs Redis about 1,500 instructions (measured): the rare parts ride
 -- on the common ones, and enqueued_at is Redis's own TIME, formatted once per call.
 --
--- Per job, unless its marker exists, the same uuid came earlier in this call, or a job hash
--- rq:job:<uuid> exists (RQ's own job of that id, or one RQ keeps after it ran): duplicate (5),
+-- Per job, unless its uuid is marked (prelude.lua, markers as sets: <ns>jobrelay:rq:marks:...),
+-- the same uuid came earlier in this call, or a job hash rq:job:<uuid> exists (RQ's own job of that id, or one RQ keeps after it ran): duplicate (5),
 -- nothing written. Else:
 --   run_at later than Redis's TIME -> HSET <ns>rq:job:<uuid> ... status scheduled,
 --                                     ZADD <ns>rq:scheduled:<queue> <ceil(run_at)> <uuid>,
@@ -25,11 +24,11 @@
 --                                     RPUSH <ns>rq:queue:<queue> <uuid>,
 --                                     SADD <ns>rq:queues <queue key>                (outcome 1)
 -- A key of another type refuses the job (a string answer; nothing written for it, no marker).
--- The marker holds the queue's key. Markers are written last.
+-- Markers are written last.
 local ns = ARGV[1]
 local ttl = ARGV[2]
-local FIELDS = 3
-local n = #KEYS / 2
+local FIELDS = 4
+local n = #KEYS
 local QUEUES = ns .. 'rq:queues'
 local JOB = ns .. 'rq:job:'
 local SCHEDULED = ns .. 'rq:scheduled:'
@@ -42,11 +41,10 @@ local now = secs + usecs / 1000000
 -- RQ sets enqueued_at when it pushes the job: the moment of this call.
 local ENQUEUED_AT = utcformat(secs, usecs)
 
--- The jobs' ids (the marker key ends with the uuid, 36 characters) and hashes. If no hash
--- exists (almost always), no per-job look.
+-- The jobs' ids and hashes. If no hash exists (almost always), no per-job look.
 local uuids, job_keys = {}, {}
 for i = 1, n do
-  local uuid = string.sub(KEYS[2 * i - 1], -36)
+  local uuid = ARGV[3 + (i - 1) * FIELDS]
   uuids[i], job_keys[i] = uuid, JOB .. uuid
 end
 local some_jobs = any_exists(job_keys)
@@ -71,7 +69,6 @@ local FIELDS_QUEUED, FIELDS_SCHEDULED = fields(true), fields(false)
 -- Each queue's name (origin), by its key.
 local origins = {}
 
-local markers = {}
 local seen = {}
 local result = {}
 -- RPUSH per queue, ZADD per scheduled registry, SADD of each queue key once.
@@ -79,21 +76,27 @@ local pushes, push_keys = {}, {}
 local zadds, zadd_keys = {}, {}
 local pushed, queue_keys = {}, {}
 
-local some_exist = any_marker_exists(n)
+open_marks(ns .. 'jobrelay:rq:marks:', ttl, secs * 1000 + math.floor(usecs / 1000))
+local marked_already = marked(uuids)
 -- The first byte of a created_at argument with a run_at ('@'), and of a description with a meta.
 local ROUTED, FRAMED = 64, 0
 
 for i = 1, n do
+  -- Job i's arguments: ARGV[b + 1] (its uuid), then created_at, data, description.
   local b = 2 + (i - 1) * FIELDS
-  local marker, queue_key = KEYS[2 * i - 1], KEYS[2 * i]
+  local queue_key = KEYS[i]
+  local uuid = uuids[i]
   local job_key = job_keys[i]
   local job_type = some_jobs and type_of(job_key) or 'none'
-  if seen[marker] or job_type == 'hash' or (some_exist and redis.call('EXISTS', marker) == 1) then
+  local m = marked_already[uuid]
+  if seen[uuid] or job_type == 'hash' or m == true then
     result[i] = 5
+  elseif m then
+    result[i] = m
   elseif job_type ~= 'none' then
     result[i] = 'WRONGTYPE key ' .. job_key .. ' holds a ' .. job_type .. ', not a hash'
   else
-    local created = ARGV[b + 1]
+    local created = ARGV[b + 2]
     local key, want, outcome, score = queue_key, 'list', 1, nil
     if string.byte(created, 1) == ROUTED then
       local bar = string.find(created, '|', 2, true)
@@ -113,7 +116,7 @@ for i = 1, n do
     if refusal then
       result[i] = refusal
     else
-      seen[marker] = true
+      seen[uuid] = true
       types[key] = want
       types[QUEUES] = 'set'
       local origin = origins[queue_key]
@@ -121,14 +124,14 @@ for i = 1, n do
         origin = string.sub(queue_key, NAME_AT)
         origins[queue_key] = origin
       end
-      local desc, meta = ARGV[b + 3], nil
+      local desc, meta = ARGV[b + 4], nil
       if string.byte(desc, 1) == FRAMED then
         local after
-        desc, after = field(ARGV[b + 3], 2)
-        meta = string.sub(ARGV[b + 3], after)
+        desc, after = field(desc, 2)
+        meta = string.sub(ARGV[b + 4], after)
       end
       local h = outcome == 1 and FIELDS_QUEUED or FIELDS_SCHEDULED
-      h[2], h[4], h[22], h[24] = created, ARGV[b + 2], origin, desc
+      h[2], h[4], h[22], h[24] = created, ARGV[b + 3], origin, desc
       local last = #h
       if meta then
         h[last + 1], h[last + 2] = 'meta', meta
@@ -136,7 +139,6 @@ for i = 1, n do
       redis.call('HSET', job_key, unpack(h))
       -- The next job's meta, if any, goes in the same place.
       h[last + 1], h[last + 2] = nil, nil
-      local uuid = uuids[i]
       if outcome == 1 then
         append(pushes, push_keys, key, uuid)
       else
@@ -147,8 +149,7 @@ for i = 1, n do
         pushed[queue_key] = true
         queue_keys[#queue_keys + 1] = queue_key
       end
-      markers[#markers + 1] = marker
-      markers[#markers + 1] = queue_key
+      mark(uuid)
       result[i] = outcome
     end
   end
@@ -157,5 +158,5 @@ end
 for _, key in ipairs(push_keys) do variadic('RPUSH', key, pushes[key]) end
 for _, key in ipairs(zadd_keys) do variadic('ZADD', key, zadds[key]) end
 if #queue_keys > 0 then variadic('SADD', QUEUES, queue_keys) end
-write_markers(markers, ttl)
+write_marks()
 return result

@@ -18,7 +18,8 @@
 //!   scheduled registry `rq:scheduled:<q>` (score: `run_at` in epoch seconds rounded up, so that
 //!   RQ's scheduler, which compares whole seconds, never runs it early).
 //! - RQ's keys have no configurable prefix: `--namespace` is a raw prefix, empty for a stock RQ.
-//! - The dedup marker `<ns>jobrelay:rq:<uuid>`; a job hash of the same id (RQ's own job, or one
+//! - The dedup marker: the uuid, a member of a set `<ns>jobrelay:rq:marks:<interval>:<digit>`
+//!   ([`Layout::marks_in_sets`]); a job hash of the same id (RQ's own job, or one
 //!   the relay wrote and RQ keeps for its `result_ttl`) makes the job a duplicate too.
 //! - No flows: RQ's `depends_on` takes a dependency that does not exist (yet) for met, so a row
 //!   naming a predecessor not yet relayed would run first; rows naming a parent or a predecessor
@@ -34,7 +35,7 @@ use chrono::{DateTime, Utc};
 
 use self::pyrepr::Py;
 use super::args_kwargs::split_payload;
-use super::{push_keys, refuse_flows, Layout, LayoutKind, Unfit};
+use super::{push_queue_key, refuse_flows, Layout, LayoutKind, Unfit};
 use crate::job::{epoch_score, Job};
 
 /// The layout.
@@ -44,7 +45,7 @@ pub(super) static RQ: Rq = Rq;
 #[derive(Debug)]
 pub(super) struct Rq;
 
-/// The marker key's infix: `<ns>jobrelay:rq:<uuid>`.
+/// The marker sets' infix: `<ns>jobrelay:rq:marks:<interval>:<digit>`.
 const MARKER_INFIX: &str = "jobrelay:rq:";
 
 /// RQ's queue key prefix (`Queue.redis_queue_namespace_prefix`).
@@ -54,7 +55,7 @@ const QUEUE_INFIX: &str = "rq:queue:";
 const DESCRIPTION_ARG_CHARS: usize = 75;
 
 /// What one job adds to a script call besides its encoding, the namespace (twice) and its queue
-/// name: the marker key's infix and uuid (48), `rq:queue:` (9), the run_at before created_at
+/// name: the uuid (36), `rq:queue:` (9), the run_at before created_at
 /// (at most 24), the meta's frame (at most 12), the framing of five bulk strings (5 each plus
 /// the digits of their lengths, at most 10 each).
 const ARGS_OVERHEAD: usize = 200;
@@ -278,8 +279,8 @@ impl Layout for Rq {
         Rq::encode_fields(job, buf)
     }
 
-    /// Two keys, the marker key and the queue key, and the encoding's three fields as
-    /// arguments: `created_at` (after `@<run_at>|` for a job with a `run_at`, in epoch
+    /// One key, the queue key, and as arguments the uuid and the encoding's three fields:
+    /// `created_at` (after `@<run_at>|` for a job with a `run_at`, in epoch
     /// seconds), `data`, `description`.
     fn push_args(
         &self,
@@ -289,7 +290,7 @@ impl Layout for Rq {
         encoded: &[u8],
         key: &mut String,
     ) {
-        push_keys(self, inv, namespace, job, key);
+        push_queue_key(self, inv, namespace, job, key);
         for f in fields(encoded) {
             inv.arg(f);
         }
@@ -305,6 +306,10 @@ impl Layout for Rq {
 
     fn queue_infix(&self) -> &'static str {
         QUEUE_INFIX
+    }
+
+    fn marks_in_sets(&self) -> bool {
+        true
     }
 
     fn orders_flows(&self) -> bool {

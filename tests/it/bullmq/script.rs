@@ -8,6 +8,9 @@ use super::*;
 use jobrelay::{Error, Job};
 use redis::aio::MultiplexedConnection;
 
+/// The dedup TTL of [`bullmq_enqueuer`].
+const TTL: Duration = Duration::from_secs(60);
+
 /// The same two jobs written by the script into `mine` and by BullMQ's `Queue.add` into `own`.
 struct Added {
     /// The private Redis: bind it (`server: _server`) to keep it running.
@@ -77,7 +80,7 @@ async fn private_redis() -> (RedisServer, redis::Connection, MultiplexedConnecti
 }
 
 fn bullmq_enqueuer() -> Enqueuer {
-    Enqueuer::new(NS.to_owned(), Duration::from_secs(60)).with_layout(LayoutKind::Bullmq)
+    Enqueuer::new(NS.to_owned(), TTL).with_layout(LayoutKind::Bullmq)
 }
 
 /// `HGETALL` of `key` as a map.
@@ -184,11 +187,12 @@ async fn the_id_counter_meta_wait_list_and_events_are_what_queue_add_writes() {
 }
 
 /// The delayed set's score: the due millisecond times 0x1000; the marker: 0 for waiting jobs,
-/// the next due time for delayed ones; jobrelay's marker holds the job hash's key.
+/// the next due time for delayed ones; jobrelay's markers are in its marker sets.
 #[tokio::test]
 async fn the_delayed_set_and_the_markers_hold_what_bullmq_reads() {
     let Added {
         mut con,
+        mut acon,
         now_job,
         later_job,
         server: _server,
@@ -212,11 +216,8 @@ async fn the_delayed_set_and_the_markers_hold_what_bullmq_reads() {
         zrange(&mut con, "mine:marker"),
         vec![("0".to_owned(), 0.0), ("1".to_owned(), due_ms as f64)]
     );
-    let m: String = redis::cmd("GET")
-        .arg(format!("{NS}jobrelay:bullmq:{}", now_job.uuid))
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(m, format!("{NS}mine:{}", now_job.uuid));
+    let uuids = [now_job.uuid, later_job.uuid];
+    marks::assert_marks(&mut acon, NS, LayoutKind::Bullmq, &uuids, TTL).await;
 }
 
 /// A job BullMQ already holds (its hash exists, no marker of ours): a duplicate, nothing
@@ -275,11 +276,8 @@ async fn keys_bullmq_could_not_use_refuse_the_job_and_nothing_is_written() {
             .query(&mut con)
             .unwrap();
         assert_eq!(keys, vec![format!("{NS}{key}")], "nothing written");
-        let marker_exists: bool = redis::cmd("EXISTS")
-            .arg(format!("{NS}jobrelay:bullmq:{}", bad.uuid))
-            .query(&mut con)
-            .unwrap();
-        assert!(!marker_exists);
+        let marked = marks::is_marked(&mut acon, NS, LayoutKind::Bullmq, bad.uuid).await;
+        assert!(!marked);
     }
 }
 

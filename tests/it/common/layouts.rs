@@ -29,10 +29,11 @@ impl TestLayout {
         self.enqueuer(ns).queue_key(queue)
     }
 
-    /// The key of the dedup marker of `uuid`, namespace included.
-    pub fn marker_key(self, ns: &Namespace, uuid: &str) -> String {
+    /// Whether `uuid` is marked (its dedup marker exists) under `ns`.
+    pub async fn is_marked(self, ns: &Namespace, uuid: &str) -> bool {
         let uuid = Uuid::parse_str(uuid).expect("a uuid");
-        self.enqueuer(ns).marker_key(uuid)
+        let mut con = ns.con().await;
+        super::marks::is_marked(&mut con, &ns.prefix, self.0, uuid).await
     }
 
     /// How many keys besides the markers `queues` queues of jobs make.
@@ -48,13 +49,11 @@ impl TestLayout {
         }
     }
 
-    /// How many keys one job makes besides its queue's: its marker, and in the bullmq and rq
-    /// layouts its job hash.
+    /// How many keys one job makes besides its queue's and the marker sets
+    /// ([`super::marks::mark_sets`]): its marker, or in the bullmq and rq layouts (whose markers
+    /// are members of sets) its job hash.
     pub fn keys_per_job(self) -> i64 {
-        match self.0 {
-            LayoutKind::Bullmq | LayoutKind::Rq => 2,
-            _ => 1,
-        }
+        1
     }
 
     /// The length of `queue`'s list.

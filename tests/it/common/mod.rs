@@ -15,6 +15,7 @@ pub mod exactly_once;
 pub mod http;
 pub mod http_relay;
 pub mod layouts;
+pub mod marks;
 pub mod pg_server;
 pub mod pgbouncer;
 pub mod proxy;

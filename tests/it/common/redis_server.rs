@@ -179,6 +179,14 @@ impl RedisServer {
         self.client().get_connection().unwrap()
     }
 
+    /// A multiplexed connection to the server (as its default user).
+    pub async fn async_con(&self) -> redis::aio::MultiplexedConnection {
+        self.client()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
     /// Whether the server process is running.
     #[allow(dead_code)] // the helper's API; no test needs it today
     pub fn is_running(&self) -> bool {

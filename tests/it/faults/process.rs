@@ -41,11 +41,13 @@ async fn kill_9_five_times_during_a_drain_loses_and_doubles_nothing(
     t.assert_exactly_once();
     assert_eq!(in_redis.len(), ROWS as usize);
     assert_eq!(dead_count(&pool).await, 0);
-    // One marker per job (and in the bullmq and rq layouts its job hash) and the queue: nothing
-    // else was written.
+    // One marker per job (in the bullmq and rq layouts its job hash, and the marker sets) and the
+    // queue: nothing else was written.
+    let mut con = ns.con().await;
+    let sets = marks::mark_sets(&mut con, &ns.prefix, layout.0).await.len() as i64;
     assert_eq!(
         dbsize(&ns).await,
-        ROWS * layout.keys_per_job() + layout.keys_of_queues(1)
+        ROWS * layout.keys_per_job() + layout.keys_of_queues(1) + sets
     );
     let b = Batches::of(&log_lines(&logs.files()));
     assert_eq!(b.refused + b.invalid + b.dead_lettered, 0, "{b:?}");

@@ -58,7 +58,10 @@ fn rq_api(app: &RqApp) -> Value {
     serde_json::from_str(&app.python(include_str!("api.py"))).unwrap()
 }
 
+/// The dedup TTL of [`rq_enqueuer`].
+const TTL: Duration = Duration::from_secs(60);
+
 /// An enqueuer of the rq layout under `ns`, with a one-minute dedup TTL.
 fn rq_enqueuer(ns: &Namespace) -> Enqueuer {
-    Enqueuer::new(ns.prefix.clone(), Duration::from_secs(60)).with_layout(LayoutKind::Rq)
+    Enqueuer::new(ns.prefix.clone(), TTL).with_layout(LayoutKind::Rq)
 }

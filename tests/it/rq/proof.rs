@@ -176,14 +176,17 @@ async fn replay_after_they_ran(
     replay: &[Row],
 ) {
     let mut con = redis.con();
+    let mut acon = redis.async_con().await;
     for (i, r) in replay.iter().enumerate() {
-        let key = match i {
-            0..20 => format!("rq:job:{}", r.uuid),
-            20..30 => format!("jobrelay:rq:{}", r.uuid),
+        let n: i64 = match i {
+            0..20 => redis::cmd("DEL")
+                .arg(format!("rq:job:{}", r.uuid))
+                .query(&mut con)
+                .unwrap(),
+            20..30 => marks::unmark(&mut acon, "", LayoutKind::Rq, r.uuid).await,
             _ => continue,
         };
-        let n: i64 = redis::cmd("DEL").arg(&key).query(&mut con).unwrap();
-        assert_eq!(n, 1, "{key}");
+        assert_eq!(n, 1, "row {i}'s job hash or marker");
     }
     insert(pool, replay).await;
     relayed(pool, "the replay relayed").await;

@@ -1,7 +1,7 @@
 //! The script alone, on the shared Redis under a namespace: the job hash, the id on the queue
 //! (RPUSH: FIFO from the left, as RQ pops), `rq:queues`, the scheduled registry (score rounded
-//! up), the marker `<ns>jobrelay:rq:<uuid>` (queue key, dedup TTL), duplicates by marker and by
-//! job hash, and refusals that write nothing.
+//! up), the markers (members of the marker sets, docs/layouts.md#markers-as-sets), duplicates by
+//! marker and by job hash, and refusals that write nothing.
 
 use std::collections::HashMap;
 
@@ -68,10 +68,9 @@ async fn the_script_writes_rqs_keys_and_a_marker_of_its_own() {
         ..
     } = enqueue_four().await;
     let mut con = ns.con().await;
+    let uuids = [first.uuid, second.uuid, later.uuid];
+    let sets = marks::assert_marks(&mut con, &ns.prefix, LayoutKind::Rq, &uuids, TTL).await;
     let mut want_keys = vec![
-        format!("jobrelay:rq:{}", first.uuid),
-        format!("jobrelay:rq:{}", second.uuid),
-        format!("jobrelay:rq:{}", later.uuid),
         format!("rq:job:{}", first.uuid),
         format!("rq:job:{}", second.uuid),
         format!("rq:job:{}", later.uuid),
@@ -79,6 +78,7 @@ async fn the_script_writes_rqs_keys_and_a_marker_of_its_own() {
         "rq:queues".to_owned(),
         "rq:scheduled:mail.q".to_owned(),
     ];
+    want_keys.extend(sets.iter().map(|s| s[ns.prefix.len()..].to_owned()));
     want_keys.sort();
     assert_eq!(ns.keys().await, want_keys);
     let ids: Vec<String> = ns.lrange("rq:queue:mail.q").await;
@@ -92,11 +92,6 @@ async fn the_script_writes_rqs_keys_and_a_marker_of_its_own() {
     let scheduled: Vec<(String, f64)> = ns.zrange("rq:scheduled:mail.q").await;
     let ceil = (later.run_at.unwrap().timestamp_micros() as f64 / 1e6).ceil();
     assert_eq!(scheduled, vec![(later.uuid.to_string(), ceil)]);
-    let (value, ttl) = ns
-        .get_and_pttl(&format!("jobrelay:rq:{}", first.uuid))
-        .await;
-    assert_eq!(value, ns.key("rq:queue:mail.q"));
-    assert!((50_000..=60_000).contains(&ttl), "{ttl}");
 }
 
 /// The job hashes: RQ's fields, a meta only where the job has headers, none of a queued job's
@@ -165,11 +160,8 @@ async fn without_its_marker_rqs_job_hash_makes_a_job_a_duplicate() {
         jobs: [first, ..],
     } = enqueue_four().await;
     let mut con = ns.con().await;
-    let _: () = redis::cmd("DEL")
-        .arg(ns.key(&format!("jobrelay:rq:{}", first.uuid)))
-        .query_async(&mut con)
-        .await
-        .unwrap();
+    let unmarked = marks::unmark(&mut con, &ns.prefix, LayoutKind::Rq, first.uuid).await;
+    assert_eq!(unmarked, 1);
     assert_eq!(
         enqueuer.enqueue(&mut con, &first).await.unwrap(),
         Outcome::Duplicate
@@ -217,13 +209,14 @@ async fn refused_by(ns: &Namespace, enqueuer: &Enqueuer, key: &str, j: &Job) {
         other => panic!("{key}: {other:?}"),
     }
     let exists: i64 = redis::cmd("EXISTS")
-        .arg(ns.key(&format!("jobrelay:rq:{}", j.uuid)))
         .arg(ns.key(&format!("rq:job:{}", j.uuid)))
         .query_async(&mut con)
         .await
         .unwrap();
     let job_key_is_ours = key.ends_with(&j.uuid.to_string());
     assert_eq!(exists, i64::from(job_key_is_ours), "{key}: nothing written");
+    let marked = marks::is_marked(&mut con, &ns.prefix, LayoutKind::Rq, j.uuid).await;
+    assert!(!marked, "{key}: no marker");
     let _: () = redis::cmd("DEL")
         .arg(key)
         .query_async(&mut con)
