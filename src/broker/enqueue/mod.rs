@@ -119,9 +119,13 @@ impl Enqueuer {
             .await?)
     }
 
-    /// The dedup marker's key of a job.
-    pub fn marker_key(&self, uuid: uuid::Uuid) -> String {
-        self.layout.marker_key(&self.namespace, uuid)
+    /// The dedup marker's key of a job; `None` in a layout whose markers are members of sets
+    /// (the bullmq and rq layouts: [`crate::broker::layout::Layout::marks_in_sets`]).
+    pub fn marker_key(&self, uuid: uuid::Uuid) -> Option<String> {
+        if self.layout.marks_in_sets() {
+            return None;
+        }
+        Some(self.layout.marker_key(&self.namespace, uuid))
     }
 
     /// The key of a queue's list.

@@ -68,6 +68,8 @@ end
 local FIELDS_QUEUED, FIELDS_SCHEDULED = fields(true), fields(false)
 -- Each queue's name (origin), by its key.
 local origins = {}
+-- The keys a job of this call fits (its type checked once).
+local fits = {}
 
 local seen = {}
 local result = {}
@@ -112,13 +114,20 @@ for i = 1, n do
         score = math.ceil(at)
       end
     end
-    local refusal = wrong_type(key, want, QUEUES)
+    -- A key's type is checked until a job fits it (then the call's own writes decide it).
+    local refusal = nil
+    if not fits[key] then
+      refusal = wrong_type(key, want, QUEUES)
+    end
     if refusal then
       result[i] = refusal
     else
+      if not fits[key] then
+        fits[key] = true
+        types[key] = want
+        types[QUEUES] = 'set'
+      end
       seen[uuid] = true
-      types[key] = want
-      types[QUEUES] = 'set'
       local origin = origins[queue_key]
       if origin == nil then
         origin = string.sub(queue_key, NAME_AT)

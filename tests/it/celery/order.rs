@@ -128,7 +128,7 @@ async fn a_list_key_of_another_type_refuses_only_its_jobs() {
     );
     assert_eq!(ids(&ns, "c").await, vec![id(&n2), id(&r2)]);
     let marker: bool = redis::cmd("EXISTS")
-        .arg(enqueuer.marker_key(r1.uuid))
+        .arg(enqueuer.marker_key(r1.uuid).expect("a marker key"))
         .query_async(&mut con)
         .await
         .unwrap();
