@@ -8,7 +8,7 @@ use crate::common::*;
 use uuid::Uuid;
 
 /// The prelude, then a driver: ARGV = prefix, TTL (ms), now (ms), `mark` or `check`, uuids.
-/// `mark` marks the uuids and writes the marks (as a call that accepted them); `check` answers
+/// `mark` checks the uuids and writes their marks (as a call that accepted them); `check` answers
 /// per uuid 1 (marked), 0 (not) or the refusal.
 const DRIVER: &str = concat!(
     include_str!("../../src/broker/layout/prelude.lua"),
@@ -17,8 +17,10 @@ open_marks(ARGV[1], ARGV[2], tonumber(ARGV[3]))
 local uuids = {}
 for i = 5, #ARGV do uuids[#uuids + 1] = ARGV[i] end
 if ARGV[4] == 'mark' then
-  for _, u in ipairs(uuids) do mark(u) end
-  write_marks()
+  marked(uuids)
+  local accepted = {}
+  for _, u in ipairs(uuids) do accepted[u] = true end
+  write_marks(accepted)
   return #uuids
 end
 local found, out = marked(uuids), {}
@@ -69,7 +71,7 @@ async fn a_marker_is_found_for_one_ttl_and_less_than_two() {
     assert_eq!(check(&ns, TTL, start + 2 * TTL - 1, &[u]).await, vec![1]);
     assert_eq!(check(&ns, TTL, start + 2 * TTL, &[u]).await, vec![0]);
     let shard = &u.to_string()[..1];
-    let set = ns.key(&format!("m:{}:{shard}", start / TTL));
+    let set = ns.key(&format!("m:{TTL}:{}:{shard}", start / TTL));
     let mut con = ns.con().await;
     let expire_at: i64 = redis::cmd("PEXPIRETIME")
         .arg(&set)
@@ -92,7 +94,7 @@ async fn a_call_two_intervals_on_unlinks_the_stale_sets() {
     let iv = start / TTL;
     let keys_of = |keys: &[String], iv: i64| {
         keys.iter()
-            .filter(|k| k.starts_with(&format!("m:{iv}:")))
+            .filter(|k| k.starts_with(&format!("m:{TTL}:{iv}:")))
             .count()
     };
     let keys = ns.keys().await;
@@ -136,7 +138,11 @@ async fn a_set_key_of_another_type_refuses_its_shards_jobs_only() {
             break (a, b);
         }
     };
-    let bad = ns.key(&format!("m:{}:{}", start / TTL - 1, &a.to_string()[..1]));
+    let bad = ns.key(&format!(
+        "m:{TTL}:{}:{}",
+        start / TTL - 1,
+        &a.to_string()[..1]
+    ));
     let mut con = ns.con().await;
     let _: () = redis::cmd("SET")
         .arg(&bad)

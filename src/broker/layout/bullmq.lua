@@ -143,7 +143,6 @@ for i = 0, n - 1 do
         q.jobs = q.jobs + 1
         accepted[#accepted + 1] = i + 1
         queue_at[i + 1], delays[i + 1] = q, delay
-        mark(id)
         result[i + 1] = delay > 0 and 2 or 1
       end
     end
@@ -234,5 +233,5 @@ for _, q in ipairs(queue_order) do
   end
 end
 
-write_marks()
+write_marks(seen)
 return result

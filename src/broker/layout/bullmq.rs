@@ -14,7 +14,7 @@
 //!   `payload` its `data` (which must be JSON, written as the row gave it, surrounding whitespace
 //!   left out); `opts` are what `Queue.add` stores for `{jobId}` (`{"jobId":..,"attempts":0}`,
 //!   and `delay` for a future `run_at`), `timestamp` Redis's time of the push in milliseconds.
-//! - The dedup marker: the uuid, a member of a set `<ns>jobrelay:bullmq:marks:<interval>:<digit>`
+//! - The dedup marker: the uuid, a member of a set `<ns>jobrelay:bullmq:marks:<ttl>:<interval>:<digit>`
 //!   ([`Layout::marks_in_sets`]) BullMQ never reads, for `--dedup-ttl` (to twice that): a row replayed after its job was removed on completion
 //!   (`removeOnComplete`) is a duplicate, where BullMQ's own duplicate-id check (the job hash
 //!   exists) would add it again.
@@ -39,7 +39,7 @@ pub(super) static BULLMQ: Bullmq = Bullmq;
 #[derive(Debug)]
 pub(super) struct Bullmq;
 
-/// The marker sets' infix: `<ns>jobrelay:bullmq:marks:<interval>:<digit>`.
+/// The marker sets' infix: `<ns>jobrelay:bullmq:marks:<ttl>:<interval>:<digit>`.
 const MARKER_INFIX: &str = "jobrelay:bullmq:";
 
 /// The wait list's suffix after the queue's name: `<ns><queue>:wait`.

@@ -129,8 +129,8 @@ end
 -- Dedup markers as members of sets (the bullmq and rq layouts; docs/layouts.md#markers-as-sets).
 -- A key with a TTL per job costs Redis a keyspace entry and an expiry entry per job; a member of
 -- a set costs one entry, and a call writes a set's members with one SADD. The sets:
--- <prefix><interval>:<shard>, where interval = floor(Redis TIME in ms / TTL) and shard is the
--- uuid's first character (16 sets an interval). A uuid is marked while it is in its shard's set
+-- <prefix><TTL>:<interval>:<shard>, where interval = floor(Redis TIME in ms / TTL) and shard is
+-- the uuid's first character (16 sets an interval); relays of another TTL keep sets of their own. A uuid is marked while it is in its shard's set
 -- of the current or the previous interval: a marker lives between one TTL and two. A set expires
 -- three intervals after its own began, one after it is last read; before that, a call that finds
 -- sets of the interval before the previous one unlinks them (Redis then frees them in the
@@ -141,23 +141,32 @@ local function open_marks(prefix, ttl, now_ms)
   local period = tonumber(ttl)
   if period > 0 then
     local iv = math.floor(now_ms / period)
+    prefix = prefix .. ttl .. ':'
     marks.sets = {prefix .. string.format('%d', iv) .. ':', prefix .. string.format('%d', iv - 1) .. ':'}
     marks.stale = prefix .. string.format('%d', iv - 2) .. ':'
     marks.expire_at = string.format('%d', (iv + 3) * period)
   else
     marks.sets = {prefix}
   end
-  marks.new, marks.new_order = {}, {}
 end
 
 -- The marks of `uuids`: a table of the uuids already marked (true), or of the uuids whose
 -- shard's set is a key of another type (the refusal, a string; nothing is written for them).
+-- Keeps the uuids by shard for write_marks.
 local function marked(uuids)
   local by, order = {}, {}
   for i = 1, #uuids do
     local u = uuids[i]
-    append(by, order, string.sub(u, 1, 1), u)
+    local shard = string.sub(u, 1, 1)
+    local l = by[shard]
+    if l == nil then
+      l = {}
+      by[shard] = l
+      order[#order + 1] = shard
+    end
+    l[#l + 1] = u
   end
+  marks.by, marks.order = by, order
   local found = {}
   for _, shard in ipairs(order) do
     local us = by[shard]
@@ -180,18 +189,20 @@ local function marked(uuids)
   return found
 end
 
--- Marks `uuid` (written by write_marks).
-local function mark(uuid)
-  append(marks.new, marks.new_order, string.sub(uuid, 1, 1), uuid)
-end
-
--- Writes the marks, last: one SADD per shard (and its expiry), then unlinks the stale sets.
-local function write_marks()
+-- Writes the marks of the uuids the call accepted (`accepted[uuid]` true), last: one SADD per
+-- shard (and its expiry), then unlinks the stale sets.
+local function write_marks(accepted)
   local current = marks.sets[1]
-  for _, shard in ipairs(marks.new_order) do
-    local key = current .. shard
-    variadic('SADD', key, marks.new[shard])
-    if marks.expire_at then redis.call('PEXPIREAT', key, marks.expire_at) end
+  for _, shard in ipairs(marks.order) do
+    local new = {}
+    for _, u in ipairs(marks.by[shard]) do
+      if accepted[u] then new[#new + 1] = u end
+    end
+    if #new > 0 then
+      local key = current .. shard
+      variadic('SADD', key, new)
+      if marks.expire_at then redis.call('PEXPIREAT', key, marks.expire_at) end
+    end
   end
   if marks.stale then
     local stale = {}

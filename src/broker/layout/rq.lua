@@ -158,7 +158,6 @@ for i = 1, n do
         pushed[queue_key] = true
         queue_keys[#queue_keys + 1] = queue_key
       end
-      mark(uuid)
       result[i] = outcome
     end
   end
@@ -167,5 +166,5 @@ end
 for _, key in ipairs(push_keys) do variadic('RPUSH', key, pushes[key]) end
 for _, key in ipairs(zadd_keys) do variadic('ZADD', key, zadds[key]) end
 if #queue_keys > 0 then variadic('SADD', QUEUES, queue_keys) end
-write_marks()
+write_marks(seen)
 return result

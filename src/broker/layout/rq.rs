@@ -18,7 +18,7 @@
 //!   scheduled registry `rq:scheduled:<q>` (score: `run_at` in epoch seconds rounded up, so that
 //!   RQ's scheduler, which compares whole seconds, never runs it early).
 //! - RQ's keys have no configurable prefix: `--namespace` is a raw prefix, empty for a stock RQ.
-//! - The dedup marker: the uuid, a member of a set `<ns>jobrelay:rq:marks:<interval>:<digit>`
+//! - The dedup marker: the uuid, a member of a set `<ns>jobrelay:rq:marks:<ttl>:<interval>:<digit>`
 //!   ([`Layout::marks_in_sets`]); a job hash of the same id (RQ's own job, or one
 //!   the relay wrote and RQ keeps for its `result_ttl`) makes the job a duplicate too.
 //! - No flows: RQ's `depends_on` takes a dependency that does not exist (yet) for met, so a row
@@ -45,7 +45,7 @@ pub(super) static RQ: Rq = Rq;
 #[derive(Debug)]
 pub(super) struct Rq;
 
-/// The marker sets' infix: `<ns>jobrelay:rq:marks:<interval>:<digit>`.
+/// The marker sets' infix: `<ns>jobrelay:rq:marks:<ttl>:<interval>:<digit>`.
 const MARKER_INFIX: &str = "jobrelay:rq:";
 
 /// RQ's queue key prefix (`Queue.redis_queue_namespace_prefix`).

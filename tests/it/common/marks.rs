@@ -93,7 +93,7 @@ pub async fn unmark(
 }
 
 /// After calls of an enqueuer with `ttl`: every one of `uuids` is marked, and `layout`'s marker
-/// sets under `ns` are `<ns><infix>marks:<interval>:<digit>` of one interval (or of two in a
+/// sets under `ns` are `<ns><infix>marks:<ttl>:<interval>:<digit>` of one interval (or of two in a
 /// row, should the calls have straddled their border), each expiring three intervals after its
 /// own began. Their keys, sorted.
 pub async fn assert_marks(
@@ -107,7 +107,7 @@ pub async fn assert_marks(
         assert!(is_marked(con, ns, layout, *u).await, "{u} not marked");
     }
     let ttl = ttl.as_millis() as i64;
-    let prefix = sets_prefix(ns, layout);
+    let prefix = format!("{}{ttl}:", sets_prefix(ns, layout));
     let mut sets = mark_sets(con, ns, layout).await;
     sets.sort();
     let mut intervals = Vec::new();
