@@ -157,14 +157,7 @@ local function marked(uuids)
   local by, order = {}, {}
   for i = 1, #uuids do
     local u = uuids[i]
-    local shard = string.sub(u, 1, 1)
-    local l = by[shard]
-    if l == nil then
-      l = {}
-      by[shard] = l
-      order[#order + 1] = shard
-    end
-    l[#l + 1] = u
+    append(by, order, string.sub(u, 1, 1), u)
   end
   marks.by, marks.order = by, order
   local found = {}

@@ -39,57 +39,50 @@ async fn places(
     sets
 }
 
-/// Whether `uuid` is marked under `ns` in `layout` (GET or SISMEMBER: nothing that would count
-/// as an EXISTS in the figures some tests rest on).
+/// Runs on each place of `uuid`'s marker `set_cmd` (a set) or `key_cmd` (a key) with its
+/// uuid or alone, and adds up the integer answers.
+async fn on_places(
+    con: &mut MultiplexedConnection,
+    ns: &str,
+    layout: LayoutKind,
+    uuid: Uuid,
+    set_cmd: &str,
+    key_cmd: &str,
+) -> i64 {
+    let in_sets = layout.layout().marks_in_sets();
+    let mut n = 0;
+    for key in places(con, ns, layout, uuid).await {
+        let mut cmd = redis::cmd(if in_sets { set_cmd } else { key_cmd });
+        cmd.arg(&key);
+        if in_sets {
+            cmd.arg(uuid.hyphenated().to_string());
+        }
+        let answer: i64 = cmd.query_async(con).await.unwrap();
+        n += answer;
+    }
+    n
+}
+
+/// Whether `uuid` is marked under `ns` in `layout` (SISMEMBER, or STRLEN: a marker is never
+/// empty; nothing that would count as an EXISTS in the figures some tests rest on).
 pub async fn is_marked(
     con: &mut MultiplexedConnection,
     ns: &str,
     layout: LayoutKind,
     uuid: Uuid,
 ) -> bool {
-    let u = uuid.hyphenated().to_string();
-    for key in places(con, ns, layout, uuid).await {
-        let found: bool = if layout.layout().marks_in_sets() {
-            redis::cmd("SISMEMBER")
-                .arg(&key)
-                .arg(&u)
-                .query_async(con)
-                .await
-                .unwrap()
-        } else {
-            let v: Option<Vec<u8>> = redis::cmd("GET").arg(&key).query_async(con).await.unwrap();
-            v.is_some()
-        };
-        if found {
-            return true;
-        }
-    }
-    false
+    on_places(con, ns, layout, uuid, "SISMEMBER", "STRLEN").await > 0
 }
 
-/// Removes `uuid`'s marker under `ns` in `layout` (as if it had expired); how many places held it.
+/// Removes `uuid`'s marker under `ns` in `layout` (as if it had expired); how many places held
+/// it.
 pub async fn unmark(
     con: &mut MultiplexedConnection,
     ns: &str,
     layout: LayoutKind,
     uuid: Uuid,
 ) -> i64 {
-    let u = uuid.hyphenated().to_string();
-    let mut n = 0;
-    for key in places(con, ns, layout, uuid).await {
-        let removed: i64 = if layout.layout().marks_in_sets() {
-            redis::cmd("SREM")
-                .arg(&key)
-                .arg(&u)
-                .query_async(con)
-                .await
-                .unwrap()
-        } else {
-            redis::cmd("DEL").arg(&key).query_async(con).await.unwrap()
-        };
-        n += removed;
-    }
-    n
+    on_places(con, ns, layout, uuid, "SREM", "DEL").await
 }
 
 /// After calls of an enqueuer with `ttl`: every one of `uuids` is marked, and `layout`'s marker
