@@ -64,6 +64,9 @@ impl<'a> Call<'a> {
         } else {
             let mut inv = script.prepare_invoke();
             inv.arg(namespace).arg(ttl_ms);
+            if layout.marks_in_sets() {
+                inv.key(absent_key(layout, namespace));
+            }
             Form::Script(inv)
         };
         Call {
@@ -96,6 +99,15 @@ impl<'a> Call<'a> {
             Form::Transaction(tx) => tx.send(con, self.layout.script(), self.namespace).await,
         }
     }
+}
+
+/// The key a call of a layout whose markers are members of sets declares first and never
+/// writes, `<ns><marker infix>marks:absent`: while a Redis Cluster migrates the namespace's slot,
+/// a call naming a key that exists on neither node is refused (`TRYAGAIN`, `ASK` then
+/// `TRYAGAIN`) before it touches anything, as the other layouts' calls are by their new jobs'
+/// marker keys (docs/redis.md#cluster).
+pub(crate) fn absent_key(layout: &dyn Layout, namespace: &str) -> String {
+    format!("{namespace}{}marks:absent", layout.marker_infix())
 }
 
 impl Transaction {

@@ -5,7 +5,9 @@
 -- getDelayedScore.lua, addDelayMarkerIfNeeded.lua), for a batch of jobs in one atomic call, with
 -- a dedup marker of jobrelay's own. Helpers: prelude.lua, prepended.
 --
--- KEYS     1 per job: the queue's wait list (<ns><queue>:wait); the queue's other keys (<ns><queue>:id, :meta, :events, :marker,
+-- KEYS[1]  <ns>jobrelay:bullmq:marks:absent, a key never written: while a Cluster migrates the
+--          slot, a call declaring a key that exists on neither node is refused before it runs
+-- then 1 key per job: the queue's wait list (<ns><queue>:wait); the queue's other keys (<ns><queue>:id, :meta, :events, :marker,
 --          :delayed, :active, :paused) and the job's hash (<ns><queue>:<uuid>) are named from it,
 --          all under the namespace (one hash slot with a hash-tagged namespace, as BullMQ's own
 --          scripts on a Cluster).
@@ -41,7 +43,7 @@
 -- written for it, no marker). Markers are written last.
 local ttl = ARGV[2]
 local FIELDS = 4
-local n = #KEYS
+local n = #KEYS - 1
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -92,7 +94,7 @@ local ids, bases, job_keys = {}, {}, {}
 local base_of = {}
 for i = 1, n do
   -- Job i's uuid is its first argument; the wait key ends with 'wait'.
-  local wait = KEYS[i]
+  local wait = KEYS[i + 1]
   local id, base = ARGV[3 + (i - 1) * FIELDS], base_of[wait]
   if base == nil then
     base = string.sub(wait, 1, -5)

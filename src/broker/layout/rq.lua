@@ -4,8 +4,10 @@
 -- jobs, in one atomic call, with a dedup marker of jobrelay's own. Helpers: prelude.lua and
 -- rq_utcformat.lua, prepended.
 --
--- KEYS     1 per job: its queue key (<ns>rq:queue:<queue>) (RQ itself has no Cluster support
---          and the relay refuses a Cluster URL in this layout)
+-- KEYS[1]  <ns>jobrelay:rq:marks:absent, never written (declared so that a Cluster would refuse
+--          the call while its slot migrates; RQ itself has no Cluster support and the relay
+--          refuses a Cluster URL in this layout)
+-- then 1 key per job: its queue key (<ns>rq:queue:<queue>)
 -- ARGV[1]  key namespace, a raw prefix (empty for a stock RQ)
 -- ARGV[2]  dedup marker TTL in milliseconds ("0": the marker never expires)
 -- then 4 values per job: uuid, created_at, data, description
@@ -28,7 +30,7 @@
 local ns = ARGV[1]
 local ttl = ARGV[2]
 local FIELDS = 4
-local n = #KEYS
+local n = #KEYS - 1
 local QUEUES = ns .. 'rq:queues'
 local JOB = ns .. 'rq:job:'
 local SCHEDULED = ns .. 'rq:scheduled:'
@@ -86,7 +88,7 @@ local ROUTED, FRAMED = 64, 0
 for i = 1, n do
   -- Job i's arguments: ARGV[b + 1] (its uuid), then created_at, data, description.
   local b = 2 + (i - 1) * FIELDS
-  local queue_key = KEYS[i]
+  local queue_key = KEYS[i + 1]
   local uuid = uuids[i]
   local job_key = job_keys[i]
   local job_type = some_jobs and type_of(job_key) or 'none'

@@ -144,6 +144,28 @@ impl Cluster {
         batch: usize,
         pause: Duration,
     ) -> usize {
+        self.begin_migration(slot, from, to).await;
+        let n = batch.to_string();
+        let mut moved = 0;
+        loop {
+            let keys: Vec<String> = self
+                .node_cmd(from, &["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), &n])
+                .await
+                .unwrap();
+            if keys.is_empty() {
+                break;
+            }
+            self.migrate_keys(from, to, &keys).await;
+            moved += keys.len();
+            tokio::time::sleep(pause).await;
+        }
+        self.end_migration(slot, from, to).await;
+        moved
+    }
+
+    /// The start of a move of `slot` from node `from` to node `to`: IMPORTING on the target,
+    /// MIGRATING on the source.
+    pub async fn begin_migration(&self, slot: u16, from: usize, to: usize) {
         let (from_id, to_id) = (self.id_of(from).await, self.id_of(to).await);
         let s = slot.to_string();
         let _: () = self
@@ -154,23 +176,20 @@ impl Cluster {
             .node_cmd(from, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to_id])
             .await
             .unwrap();
+    }
+
+    /// MIGRATEs `keys` from node `from` to node `to`.
+    pub async fn migrate_keys(&self, from: usize, to: usize, keys: &[String]) {
         let port = self.nodes[to].port.to_string();
-        let n = batch.to_string();
-        let mut moved = 0;
-        loop {
-            let keys: Vec<String> = self
-                .node_cmd(from, &["CLUSTER", "GETKEYSINSLOT", &s, &n])
-                .await
-                .unwrap();
-            if keys.is_empty() {
-                break;
-            }
-            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
-            args.extend(keys.iter().map(String::as_str));
-            let _: () = self.node_cmd(from, &args).await.unwrap();
-            moved += keys.len();
-            tokio::time::sleep(pause).await;
-        }
+        let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        args.extend(keys.iter().map(String::as_str));
+        let _: () = self.node_cmd(from, &args).await.unwrap();
+    }
+
+    /// The end of a move: `slot` assigned to node `to` on every node.
+    pub async fn end_migration(&self, slot: u16, from: usize, to: usize) {
+        let to_id = self.id_of(to).await;
+        let s = slot.to_string();
         for i in [to, from]
             .into_iter()
             .chain((0..self.nodes.len()).filter(|i| *i != to && *i != from))
@@ -180,6 +199,5 @@ impl Cluster {
                 .await
                 .unwrap();
         }
-        moved
     }
 }

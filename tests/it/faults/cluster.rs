@@ -1,21 +1,18 @@
 //! A relay on a `redis+cluster://` URL, against a private 3-master Redis Cluster: the drain
 //! goes on through a migration of the namespace's hash slot to another node (its keys moved
 //! in batches while the relay pushes, as `redis-cli --cluster reshard` moves them), and every
-//! job arrives exactly once, in both layouts. A namespace that cannot be one slot is refused
-//! at start.
+//! job arrives exactly once, in each layout that runs on a Cluster (jobrelay, conveyor, and
+//! bullmq, whose markers are members of sets: its calls declare a key that never exists, so
+//! that they wait for the slot's move as the others' new marker keys make them). A namespace
+//! that cannot be one slot is refused at start.
 
 use super::*;
 use crate::common::cluster::Cluster;
-
-/// The uuid of a job's bytes, either layout's: both messages start with field 1, the uuid.
-fn uuid_of(bytes: &[u8]) -> String {
-    assert_eq!(bytes[0], 0x0a, "field 1 first");
-    let len = bytes[1] as usize;
-    String::from_utf8(bytes[2..2 + len].to_vec()).unwrap()
-}
+use crate::common::layouts::TestLayout;
+use jobrelay::LayoutKind;
 
 /// The uuids in list `key`, read through a cluster connection.
-async fn cluster_list_uuids(cluster: &Cluster, key: &str) -> Vec<String> {
+async fn cluster_list_uuids(cluster: &Cluster, layout: TestLayout, key: &str) -> Vec<String> {
     let mut con = cluster.con().await;
     let raw: Vec<Vec<u8>> = redis::cmd("LRANGE")
         .arg(key)
@@ -24,15 +21,16 @@ async fn cluster_list_uuids(cluster: &Cluster, key: &str) -> Vec<String> {
         .query_async(&mut con)
         .await
         .unwrap();
-    raw.iter().map(|b| uuid_of(b)).collect()
+    raw.iter().map(|b| layout.uuid_of(b)).collect()
 }
 
-async fn drain_through_a_slot_migration(pool: &PgPool, layout: &str) {
+async fn drain_through_a_slot_migration(pool: &PgPool, kind: LayoutKind) {
+    let (test_layout, layout) = (TestLayout(kind), kind.as_str());
     const ROWS: i64 = 20_000;
     let cluster = Cluster::start().await;
     let prefix = format!("{{t{}}}:", uuid::Uuid::new_v4().simple());
     let ns = Namespace::on(&cluster.nodes[0].url()).with_prefix(&prefix);
-    let queue = format!("{prefix}queue:default");
+    let queue = test_layout.queue_key(&ns, "default");
     let slot = cluster.slot_of(&queue).await;
     let from = cluster.owner_of(slot).await;
     let to = (from + 1) % cluster.nodes.len();
@@ -80,7 +78,7 @@ async fn drain_through_a_slot_migration(pool: &PgPool, layout: &str) {
         .await
         .unwrap();
     assert!(left.is_empty(), "keys left on the old owner: {left:?}");
-    let in_redis = cluster_list_uuids(&cluster, &queue).await;
+    let in_redis = cluster_list_uuids(&cluster, test_layout, &queue).await;
     let t = tally(&inserted, &in_redis, &HashSet::new());
     t.assert_exactly_once();
     assert_eq!(t.relayed, ROWS as usize);
@@ -105,12 +103,17 @@ async fn drain_through_a_slot_migration(pool: &PgPool, layout: &str) {
 
 #[sqlx::test]
 async fn cluster_drain_through_a_slot_migration_jobrelay_layout(pool: PgPool) {
-    drain_through_a_slot_migration(&pool, "jobrelay").await;
+    drain_through_a_slot_migration(&pool, LayoutKind::Jobrelay).await;
 }
 
 #[sqlx::test]
 async fn cluster_drain_through_a_slot_migration_conveyor_layout(pool: PgPool) {
-    drain_through_a_slot_migration(&pool, "conveyor").await;
+    drain_through_a_slot_migration(&pool, LayoutKind::Conveyor).await;
+}
+
+#[sqlx::test]
+async fn cluster_drain_through_a_slot_migration_bullmq_layout(pool: PgPool) {
+    drain_through_a_slot_migration(&pool, LayoutKind::Bullmq).await;
 }
 
 /// A namespace without a hash tag would spread a script call's keys over many slots: refused
