@@ -118,13 +118,14 @@ pub trait Layout: Send + Sync + fmt::Debug {
     }
 
     /// Whether the layout's dedup markers are members of sets, one set per interval of the
-    /// marker TTL and per first hex digit of the uuid (`<namespace><marker infix>marks:<ttl>:<interval>:<digit>`,
-    /// or `<namespace><marker infix>marks:<digit>` without a TTL), instead of a key per job
+    /// marker TTL and per first hex digit of the uuid
+    /// (`<namespace><marker infix>marks:<ttl>:<interval>:<digit>`, or
+    /// `<namespace><marker infix>marks:<digit>` without a TTL), instead of a key per job
     /// (docs/layouts.md#markers-as-sets). Its scripts then get first a key that is never
-    /// written (`<namespace><marker infix>marks:absent`, so that a Cluster refuses the call while
-    /// the slot migrates), then one key per job, its queue, and its uuid as the job's first
-    /// argument ([`push_queue_key`]). For layouts whose keys are all in
-    /// one hash slot or that refuse a Cluster: a set holds the markers of every queue.
+    /// written (`<namespace><marker infix>marks:absent`, so that a Cluster refuses the call
+    /// while the slot migrates), then one key per job, its queue, and its uuid as the job's
+    /// first argument. For layouts whose keys are all in one hash slot or that refuse a
+    /// Cluster: a set holds the markers of every queue.
     fn marks_in_sets(&self) -> bool {
         false
     }
