@@ -87,9 +87,26 @@ async fn a_bullmq_worker_runs_relayed_jobs_exactly_once(pool: PgPool) {
     // queued, nothing run.
     let replay = replay_of(&mut rows);
     replay_completed_jobs(&pool, &redis, &relay, &replay).await;
-    // Give a wrongly queued job time to run, then count.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(worker.runs().len(), expected_runs, "runs after the replay");
+    // Then a sentinel per queue: a wrongly queued job is taken before its queue's sentinel, and
+    // once no queue has a job waiting or active, every job taken has been recorded.
+    let sentinels = sentinels(NAME, payload);
+    insert(&pool, &sentinels).await;
+    relayed(&pool, "the sentinels relayed").await;
+    let after = expected_runs + sentinels.len();
+    worker.wait_runs(after, Duration::from_secs(30)).await;
+    wait_until("the queues idle", Duration::from_secs(30), || async {
+        let counts = job_counts(&worker, &QUEUES);
+        QUEUES
+            .iter()
+            .all(|q| counts[q]["active"] == json!(0) && counts[q]["waiting"] == json!(0))
+    })
+    .await;
+    let runs = worker.runs();
+    let by_id = RunsById::new(&runs, |r| r.id.as_str());
+    for s in &sentinels {
+        by_id.once(&s.uuid.to_string());
+    }
+    assert_eq!(runs.len(), after, "runs after the replay");
     let logs = worker.logs();
     assert!(
         !logs.contains("error") && !logs.contains("failed"),

@@ -163,6 +163,17 @@ pub fn replay_of(rows: &mut Vec<Row>) -> Vec<Row> {
         .collect()
 }
 
+/// A row per queue of [`QUEUES`], committed after a replay: a job the replay wrongly queued
+/// waits in its queue in front of that queue's sentinel, so once every sentinel ran, such a job
+/// has been taken by the worker too (no guessing how long a worker takes to find a stray job).
+pub fn sentinels(job_type: &'static str, payload: impl Fn(usize) -> String) -> Vec<Row> {
+    QUEUES
+        .iter()
+        .enumerate()
+        .map(|(i, q)| Row::new(q, job_type, payload(10_000 + i)))
+        .collect()
+}
+
 /// The moment `after` from now, to the microsecond (what Postgres keeps of a `run_at`).
 pub fn due_in(after: chrono::Duration) -> DateTime<Utc> {
     DateTime::from_timestamp_micros((Utc::now() + after).timestamp_micros()).unwrap()

@@ -66,9 +66,19 @@ async fn an_rq_worker_runs_relayed_jobs_exactly_once(pool: PgPool) {
     // A replay of 50 relayed rows after they ran: duplicates, nothing queued, nothing run.
     let replay = replay_of(&mut rows);
     replay_after_they_ran(&pool, &redis, &relay, &app, &replay).await;
-    // The worker polls its queues every second or so: give it time to run a stray job.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(app.runs().len(), expected_runs, "runs after the replay");
+    // Then a sentinel per queue; RQ's worker runs one job at a time, each queue in order.
+    let sentinels = sentinels(FUNC, payload);
+    insert(&pool, &sentinels).await;
+    relayed(&pool, "the sentinels relayed").await;
+    let after = expected_runs + sentinels.len();
+    let runs = app
+        .wait_runs(after, Duration::from_secs(30), || worker.logs())
+        .await;
+    let by_id = RunsById::new(&runs, |r| r.id.as_str());
+    for s in &sentinels {
+        by_id.once(&s.uuid.to_string());
+    }
+    assert_eq!(runs.len(), after, "runs after the replay");
     for log in [burst.logs(), worker.logs()] {
         let errors: Vec<&str> = log
             .lines()
