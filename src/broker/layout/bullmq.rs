@@ -153,22 +153,11 @@ impl Layout for Bullmq {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_job;
     use super::*;
-    use std::collections::BTreeMap;
 
     fn job(payload: &str) -> Job {
-        Job {
-            uuid: "6f1c2a3b-4d5e-4f60-8a71-92b3c4d5e6f7".parse().unwrap(),
-            queue: "emails".into(),
-            job_type: "send".into(),
-            payload: payload.as_bytes().to_vec(),
-            parent_uuid: None,
-            predecessor_uuid: None,
-            dead_parent: false,
-            run_at: None,
-            created_at: DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
-            headers: BTreeMap::new(),
-        }
+        test_job("emails", "send", payload.as_bytes())
     }
 
     #[test]

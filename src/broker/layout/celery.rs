@@ -299,6 +299,7 @@ impl Layout for Celery {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_job;
     use super::*;
     use base64::Engine as _;
     use chrono::DateTime;
@@ -310,19 +311,11 @@ mod tests {
 
     fn job(payload: &str) -> Job {
         Job {
-            uuid: ID.parse().unwrap(),
-            queue: "emails".into(),
-            job_type: "app.tasks.send_welcome".into(),
-            payload: payload.as_bytes().to_vec(),
-            parent_uuid: None,
-            predecessor_uuid: None,
-            dead_parent: false,
-            run_at: None,
-            created_at: DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
             headers: BTreeMap::from([
                 ("traceparent".to_owned(), "00-ab-cd-01".to_owned()),
                 ("task".to_owned(), "not.this.one".to_owned()),
             ]),
+            ..test_job("emails", "app.tasks.send_welcome", payload.as_bytes())
         }
     }
 

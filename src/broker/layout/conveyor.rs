@@ -149,22 +149,19 @@ impl Layout for Conveyor {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_job;
     use super::*;
     use chrono::DateTime;
     use std::collections::BTreeMap;
 
     fn job() -> Job {
         Job {
-            uuid: "6f1c2a3b-4d5e-4f60-8a71-92b3c4d5e6f7".parse().unwrap(),
-            queue: "billing.ChargeCard".into(),
-            job_type: "billing.ChargeCard".into(),
-            payload: vec![0x08, 0x96, 0x01],
-            parent_uuid: None,
-            predecessor_uuid: None,
-            dead_parent: false,
-            run_at: None,
-            created_at: DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
             headers: BTreeMap::from([("traceparent".to_owned(), "00-ab".to_owned())]),
+            ..test_job(
+                "billing.ChargeCard",
+                "billing.ChargeCard",
+                &[0x08, 0x96, 0x01],
+            )
         }
     }
 

@@ -274,6 +274,24 @@ pub(crate) fn write_flow_route(job: &Job, out: &mut String) -> bool {
     true
 }
 
+/// A job for the layouts' unit tests: uuid `6f1c2a3b-4d5e-4f60-8a71-92b3c4d5e6f7`, `queue`,
+/// `job_type`, `payload`, created at epoch second 1,700,000,000; no flow, `run_at` or headers.
+#[cfg(test)]
+pub(crate) fn test_job(queue: &str, job_type: &str, payload: &[u8]) -> Job {
+    Job {
+        uuid: "6f1c2a3b-4d5e-4f60-8a71-92b3c4d5e6f7".parse().unwrap(),
+        queue: queue.into(),
+        job_type: job_type.into(),
+        payload: payload.to_vec(),
+        parent_uuid: None,
+        predecessor_uuid: None,
+        dead_parent: false,
+        run_at: None,
+        created_at: chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
+        headers: std::collections::BTreeMap::new(),
+    }
+}
+
 /// `u` lower-case hyphenated into `buf`, or `""`.
 pub(crate) fn uuid_str(u: Option<Uuid>, buf: &mut [u8; 45]) -> &str {
     match u {

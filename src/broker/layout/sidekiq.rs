@@ -250,19 +250,12 @@ impl Layout for Sidekiq {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_job;
     use super::*;
     use std::collections::BTreeMap;
 
     fn job(payload: &str) -> Job {
         Job {
-            uuid: "6f1c2a3b-4d5e-4f60-8a71-92b3c4d5e6f7".parse().unwrap(),
-            queue: "mailers".into(),
-            job_type: "Billing::ChargeCard".into(),
-            payload: payload.as_bytes().to_vec(),
-            parent_uuid: None,
-            predecessor_uuid: None,
-            dead_parent: false,
-            run_at: None,
             created_at: DateTime::from_timestamp(1_700_000_000, 654_321_000).unwrap(),
             headers: BTreeMap::from([
                 ("traceparent".to_owned(), "00-ab".to_owned()),
@@ -270,6 +263,7 @@ mod tests {
                 ("retry".to_owned(), "false".to_owned()),
                 ("wrapped".to_owned(), "ChargeJob".to_owned()),
             ]),
+            ..test_job("mailers", "Billing::ChargeCard", payload.as_bytes())
         }
     }
 

@@ -1,21 +1,12 @@
+use super::super::test_job;
 use super::*;
 use std::collections::BTreeMap;
 use std::io::Read as _;
 
-const ID: &str = "6f1c2a3b-4d5e-4f60-8a71-92b3c4d5e6f7";
-
 fn job(payload: &str) -> Job {
     Job {
-        uuid: ID.parse().unwrap(),
-        queue: "emails".into(),
-        job_type: "app.tasks.send_welcome".into(),
-        payload: payload.as_bytes().to_vec(),
-        parent_uuid: None,
-        predecessor_uuid: None,
-        dead_parent: false,
-        run_at: None,
         created_at: DateTime::from_timestamp(1_700_000_000, 654_321_000).unwrap(),
-        headers: BTreeMap::new(),
+        ..test_job("emails", "app.tasks.send_welcome", payload.as_bytes())
     }
 }
 
