@@ -106,7 +106,7 @@ impl<'a> Call<'a> {
 /// a call naming a key that exists on neither node is refused (`TRYAGAIN`, `ASK` then
 /// `TRYAGAIN`) before it touches anything, as the other layouts' calls are by their new jobs'
 /// marker keys (docs/redis.md#cluster).
-pub(crate) fn absent_key(layout: &dyn Layout, namespace: &str) -> String {
+fn absent_key(layout: &dyn Layout, namespace: &str) -> String {
     format!("{namespace}{}marks:absent", layout.marker_infix())
 }
 

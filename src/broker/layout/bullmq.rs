@@ -14,10 +14,11 @@
 //!   `payload` its `data` (which must be JSON, written as the row gave it, surrounding whitespace
 //!   left out); `opts` are what `Queue.add` stores for `{jobId}` (`{"jobId":..,"attempts":0}`,
 //!   and `delay` for a future `run_at`), `timestamp` Redis's time of the push in milliseconds.
-//! - The dedup marker: the uuid, a member of a set `<ns>jobrelay:bullmq:marks:<ttl>:<interval>:<digit>`
-//!   ([`Layout::marks_in_sets`]) BullMQ never reads, for `--dedup-ttl` (to twice that): a row replayed after its job was removed on completion
-//!   (`removeOnComplete`) is a duplicate, where BullMQ's own duplicate-id check (the job hash
-//!   exists) would add it again.
+//! - The dedup marker: the uuid, a member of a set
+//!   `<ns>jobrelay:bullmq:marks:<ttl>:<interval>:<digit>` ([`Layout::marks_in_sets`]) BullMQ
+//!   never reads, for `--dedup-ttl` (to twice that): a row replayed after its job was removed
+//!   on completion (`removeOnComplete`) is a duplicate, where BullMQ's own duplicate-id check
+//!   (the job hash exists) would add it again.
 //! - No flows: BullMQ's parent waits for its children (the reverse of a jobrelay parent), so a
 //!   row naming a parent or predecessor is [`Unfit`]. Headers have no place in a BullMQ job and
 //!   are not written.
@@ -107,7 +108,8 @@ impl Layout for Bullmq {
         Ok(())
     }
 
-    /// One key, the wait list `<ns><queue>:wait`, and four arguments: the uuid, the route (empty, or `run_at` in epoch milliseconds), the job's
+    /// One key, the wait list `<ns><queue>:wait`, and four arguments: the uuid, the route
+    /// (empty, or `run_at` in epoch milliseconds), the job's
     /// name and its data; see bullmq.lua.
     fn push_args(
         &self,

@@ -75,8 +75,9 @@ impl LayoutKind {
 ///
 /// The script receives `ARGV[1]` = the namespace, `ARGV[2]` = the marker TTL in milliseconds
 /// (`"0"`: none), then each job's keys and arguments from [`Layout::push_args`] (two keys per
-/// job, its marker and its queue, in `KEYS`; with [`Layout::marks_in_sets`], one key, its
-/// queue, and the uuid as its first argument), and answers one element per job: an outcome code
+/// job, its marker and its queue, in `KEYS`; with [`Layout::marks_in_sets`], a key never
+/// written first, then one key per job, its queue, and the uuid as its first argument), and
+/// answers one element per job: an outcome code
 /// ([`crate::Outcome`]) or a string saying why it refused that job (having written nothing for
 /// it).
 pub trait Layout: Send + Sync + fmt::Debug {
@@ -207,10 +208,7 @@ pub(crate) fn push_queue_key(
 ) {
     let mut uuid = Uuid::encode_buffer();
     key.clear();
-    key.push_str(namespace);
-    key.push_str(layout.queue_infix());
-    key.push_str(&job.queue);
-    key.push_str(layout.queue_suffix());
+    write_queue_key(layout, namespace, &job.queue, key);
     inv.key(&*key);
     inv.arg(&*job.uuid.hyphenated().encode_lower(&mut uuid));
     key.clear();
@@ -224,11 +222,16 @@ pub(crate) fn job_keys(layout: &dyn Layout, namespace: &str, job: &Job, out: &mu
     out.push_str(layout.marker_infix());
     out.push_str(job.uuid.hyphenated().encode_lower(&mut uuid));
     let queue_at = out.len();
+    write_queue_key(layout, namespace, &job.queue, out);
+    queue_at
+}
+
+/// Appends the key of `queue`'s list to `out`, as [`Layout::queue_key`] names it.
+fn write_queue_key(layout: &dyn Layout, namespace: &str, queue: &str, out: &mut String) {
     out.push_str(namespace);
     out.push_str(layout.queue_infix());
-    out.push_str(&job.queue);
+    out.push_str(queue);
     out.push_str(layout.queue_suffix());
-    queue_at
 }
 
 /// Refuses a job that names a parent or predecessor, in a layout whose runner has no flows of

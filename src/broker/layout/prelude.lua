@@ -130,13 +130,14 @@ end
 -- A key with a TTL per job costs Redis a keyspace entry and an expiry entry per job; a member of
 -- a set costs one entry, and a call writes a set's members with one SADD. The sets:
 -- <prefix><TTL>:<interval>:<shard>, where interval = floor(Redis TIME in ms / TTL) and shard is
--- the uuid's first character (16 sets an interval); relays of another TTL keep sets of their own. A uuid is marked while it is in its shard's set
--- of the current or the previous interval: a marker lives between one TTL and two. A set expires
+-- the uuid's first character (16 sets an interval); relays of another TTL keep sets of their
+-- own. A uuid is marked while it is in its shard's set of the current or the previous interval: a marker lives between one TTL and two. A set expires
 -- three intervals after its own began, one after it is last read; before that, a call that finds
 -- sets of the interval before the previous one unlinks them (Redis then frees them in the
 -- background, not in the command that would have expired them). TTL "0": one set per shard,
 -- forever (<prefix><shard>).
 local marks = {}
+local SHARDS = {'0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'a', 'b', 'c', 'd', 'e', 'f'}
 local function open_marks(prefix, ttl, now_ms)
   local period = tonumber(ttl)
   if period > 0 then
@@ -199,7 +200,7 @@ local function write_marks(accepted)
   end
   if marks.stale then
     local stale = {}
-    for _, shard in ipairs({'0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'a', 'b', 'c', 'd', 'e', 'f'}) do
+    for _, shard in ipairs(SHARDS) do
       stale[#stale + 1] = marks.stale .. shard
     end
     if redis.call('EXISTS', unpack(stale)) > 0 then redis.call('UNLINK', unpack(stale)) end

@@ -7,8 +7,8 @@
 //!   `Queue._enqueue_async_job` / `schedule_job` (rq/queue.py) leave them for a job enqueued with
 //!   the queue's defaults: `created_at` (the row's), `data`, the empty callback names and
 //!   run-time fields, `origin` (the queue), `description` (`get_call_string`), `enqueued_at`
-//!   (queued jobs only: Redis's clock at the call, formatted by the script), `timeout` (`180`, RQ's `DEFAULT_JOB_TIMEOUT`), `status` (`queued` or
-//!   `scheduled`), and `meta` (the row's headers as a JSON object, if any).
+//!   (queued jobs only: Redis's clock at the call, formatted by the script), `timeout` (`180`,
+//!   RQ's `DEFAULT_JOB_TIMEOUT`), `status` (`queued` or `scheduled`), and `meta` (the row's headers as a JSON object, if any).
 //! - `data` is the JSON serializer's encoding of `(func_name, instance, args, kwargs)`:
 //!   `["<job_type>", null, <args>, <kwargs>]`, the args and kwargs as the row wrote them, in a
 //!   zlib stream (`Job.to_dict` compresses with `zlib.compress`; the relay writes the stream's
@@ -18,9 +18,10 @@
 //!   scheduled registry `rq:scheduled:<q>` (score: `run_at` in epoch seconds rounded up, so that
 //!   RQ's scheduler, which compares whole seconds, never runs it early).
 //! - RQ's keys have no configurable prefix: `--namespace` is a raw prefix, empty for a stock RQ.
-//! - The dedup marker: the uuid, a member of a set `<ns>jobrelay:rq:marks:<ttl>:<interval>:<digit>`
-//!   ([`Layout::marks_in_sets`]); a job hash of the same id (RQ's own job, or one
-//!   the relay wrote and RQ keeps for its `result_ttl`) makes the job a duplicate too.
+//! - The dedup marker: the uuid, a member of a set
+//!   `<ns>jobrelay:rq:marks:<ttl>:<interval>:<digit>` ([`Layout::marks_in_sets`]); a job hash of
+//!   the same id (RQ's own job, or one the relay wrote and RQ keeps for its `result_ttl`) makes
+//!   the job a duplicate too.
 //! - No flows: RQ's `depends_on` takes a dependency that does not exist (yet) for met, so a row
 //!   naming a predecessor not yet relayed would run first; rows naming a parent or a predecessor
 //!   are [`Unfit`], and so is a payload that is neither a JSON array nor `{"args", "kwargs"}`.

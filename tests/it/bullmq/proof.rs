@@ -89,9 +89,7 @@ async fn a_bullmq_worker_runs_relayed_jobs_exactly_once(pool: PgPool) {
     replay_completed_jobs(&pool, &redis, &relay, &replay).await;
     // Then a sentinel per queue: a wrongly queued job is taken before its queue's sentinel, and
     // once no queue has a job waiting or active, every job taken has been recorded.
-    let sentinels = sentinels(NAME, payload);
-    insert(&pool, &sentinels).await;
-    relayed(&pool, "the sentinels relayed").await;
+    let sentinels = commit_sentinels(&pool, NAME, payload).await;
     let after = expected_runs + sentinels.len();
     worker.wait_runs(after, Duration::from_secs(30)).await;
     wait_until("the queues idle", Duration::from_secs(30), || async {

@@ -174,6 +174,18 @@ pub fn sentinels(job_type: &'static str, payload: impl Fn(usize) -> String) -> V
         .collect()
 }
 
+/// Commits [`sentinels`] and waits until the relay has relayed them.
+pub async fn commit_sentinels(
+    pool: &PgPool,
+    job_type: &'static str,
+    payload: impl Fn(usize) -> String,
+) -> Vec<Row> {
+    let rows = sentinels(job_type, payload);
+    insert(pool, &rows).await;
+    relayed(pool, "the sentinels relayed").await;
+    rows
+}
+
 /// The moment `after` from now, to the microsecond (what Postgres keeps of a `run_at`).
 pub fn due_in(after: chrono::Duration) -> DateTime<Utc> {
     DateTime::from_timestamp_micros((Utc::now() + after).timestamp_micros()).unwrap()

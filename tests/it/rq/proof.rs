@@ -67,9 +67,7 @@ async fn an_rq_worker_runs_relayed_jobs_exactly_once(pool: PgPool) {
     let replay = replay_of(&mut rows);
     replay_after_they_ran(&pool, &redis, &relay, &app, &replay).await;
     // Then a sentinel per queue; RQ's worker runs one job at a time, each queue in order.
-    let sentinels = sentinels(FUNC, payload);
-    insert(&pool, &sentinels).await;
-    relayed(&pool, "the sentinels relayed").await;
+    let sentinels = commit_sentinels(&pool, FUNC, payload).await;
     let after = expected_runs + sentinels.len();
     let runs = app
         .wait_runs(after, Duration::from_secs(30), || worker.logs())

@@ -104,11 +104,7 @@ async fn the_job_hashes_hold_what_rq_reads() {
         ..
     } = enqueue_four().await;
     let mut con = ns.con().await;
-    let hash: HashMap<String, Vec<u8>> = redis::cmd("HGETALL")
-        .arg(ns.key(&format!("rq:job:{}", first.uuid)))
-        .query_async(&mut con)
-        .await
-        .unwrap();
+    let hash = job_hash(&ns, &first).await;
     let text = |k: &str| String::from_utf8(hash[k].clone()).unwrap();
     assert_eq!(text("status"), "queued");
     assert_eq!(text("origin"), "mail.q");
@@ -137,11 +133,7 @@ async fn the_job_hashes_hold_what_rq_reads() {
         .await
         .unwrap();
     assert!(!second_has_meta, "the first job's meta stayed behind");
-    let later_hash: HashMap<String, Vec<u8>> = redis::cmd("HGETALL")
-        .arg(ns.key(&format!("rq:job:{}", later.uuid)))
-        .query_async(&mut con)
-        .await
-        .unwrap();
+    let later_hash = job_hash(&ns, &later).await;
     assert_eq!(later_hash["status"], b"scheduled");
     assert_eq!(
         later_hash["created_at"],
@@ -241,14 +233,20 @@ async fn a_job_due_already_is_queued_with_its_timestamps() {
         .await
         .unwrap();
     assert_eq!(results[0].as_ref().unwrap(), &Outcome::Queued);
-    let hash: HashMap<String, Vec<u8>> = redis::cmd("HGETALL")
-        .arg(ns.key(&format!("rq:job:{}", due.uuid)))
-        .query_async(&mut con)
-        .await
-        .unwrap();
+    let hash = job_hash(&ns, &due).await;
     assert_eq!(hash["status"], b"queued");
     assert_eq!(hash["created_at"], utcformat(due.created_at).as_bytes());
     assert!(hash["enqueued_at"].ends_with(b"Z"), "{hash:?}");
+}
+
+/// RQ's job hash `rq:job:<uuid>` of `j`, field by field.
+async fn job_hash(ns: &Namespace, j: &Job) -> HashMap<String, Vec<u8>> {
+    let mut con = ns.con().await;
+    redis::cmd("HGETALL")
+        .arg(ns.key(&format!("rq:job:{}", j.uuid)))
+        .query_async(&mut con)
+        .await
+        .unwrap()
 }
 
 /// RQ's `utcformat` (`%Y-%m-%dT%H:%M:%S.%fZ`) as chrono writes it.
