@@ -10,10 +10,13 @@ pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postg
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// Default rows per batch (chosen by benchmark; docs/decisions.md#defaults).
 pub const DEFAULT_BATCH_SIZE: usize = 1000;
-/// Default `--batch-max-bytes` (chosen by measurement; docs/decisions.md#defaults).
-pub const DEFAULT_BATCH_MAX_BYTES: usize = crate::broker::enqueue::DEFAULT_MAX_CALL_BYTES;
-/// Default `--max-job-size` (docs/decisions.md#defaults).
-pub const DEFAULT_MAX_JOB_SIZE: usize = crate::broker::enqueue::DEFAULT_MAX_JOB_BYTES;
+/// Default `--batch-max-bytes`: bytes per script call and per batch (chosen by measurement;
+/// docs/decisions.md#defaults, docs/benchmarks.md#the-byte-cap-and-the-job-size-limit).
+pub const DEFAULT_BATCH_MAX_BYTES: usize = 8 * 1024 * 1024;
+/// Default `--max-job-size`: the largest marshalled job relayed; larger ones are dead-lettered
+/// as permanent failures (docs/decisions.md#defaults,
+/// docs/benchmarks.md#the-byte-cap-and-the-job-size-limit).
+pub const DEFAULT_MAX_JOB_SIZE: usize = 8 * 1024 * 1024;
 /// Default fleet-wide claim slots (chosen by benchmark; docs/decisions.md#defaults).
 pub const DEFAULT_CLAIM_SLOTS: usize = 2;
 /// Default claim loops (chosen by benchmark).

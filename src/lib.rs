@@ -8,24 +8,37 @@
 //!
 //! # Layout
 //!
-//! - [`job`]: the job and its validation; [`proto`]: its protobuf wire format.
-//! - [`broker`]: everything that talks to Redis, the jobs' broker: the connection, the enqueue algorithm
-//!   (docs/layouts.md#the-enqueue-algorithm) and its layouts (`jobrelay`, `conveyor`, `sidekiq`, each
-//!   with its wire format, keys and Lua script), the relay's Redis sink, the probe.
-//! - [`relay`]: the claim loop, claim slots, the sweep, the sink seam, health, supervision,
-//!   the daemon's assembly; [`wakeup`]: LISTEN and the advisory wake-up lock.
+//! From the top down; a module uses only those below it.
+//!
+//! - [`assembly`]: the daemon's relay in one call: the relay's claim loop with the broker's
+//!   Redis sinks and probe plugged into its seam. The one module that names both sides.
+//! - [`relay`]: the claim loop (claim, push through a [`sink::JobSink`], delete or hand back),
+//!   claim slots, the sweep, health, the probe of Postgres, supervision, and
+//!   [`relay::wakeup`] (LISTEN and the advisory wake-up lock). It names no Redis type and no
+//!   layout: what a runner needs of the claim comes as a [`sink::ClaimNeeds`].
 //! - [`producer`]: the pending-job API for applications (build jobs, write their rows in the
 //!   caller's transaction, fast-path push after commit); [`sqlx`] and [`redis`] are the
 //!   client crates it is built with, re-exported so that versions never need matching.
-//! - [`config`]: flags, environment, TOML, validation; [`table`]: outbox table names.
-//! - [`db`]: migrations and pools; [`admin`]: `status` and `dead-letter`.
-//! - [`telemetry`]: metrics, logs, redaction; [`http`]: `/metrics`, `/healthz`, `/readyz`.
+//! - [`broker`]: everything that talks to Redis: the connection, the enqueue algorithm
+//!   (docs/layouts/algorithm.md), the layouts (one module per runner, [`LayoutKind::ALL`]:
+//!   wire format, keys, Lua scripts, peek, configuration rules, claim needs), the Redis sink,
+//!   probe and housekeeping.
+//! - [`sink`]: the seam between the relay and where its jobs go ([`sink::JobSink`],
+//!   [`sink::SinkProbe`], [`sink::ClaimNeeds`]).
+//! - [`config`]: flags, environment, TOML, validation; [`http`]: `/metrics`, `/healthz`,
+//!   `/readyz`; [`admin`]: `status`, `dead-letter`, `peek`.
+//! - [`telemetry`]: metrics, logs, the events that both log and count, redaction.
+//! - [`db`]: migrations and pools; [`table`]: outbox table names; [`report`]: what a batch
+//!   or a sweep did.
+//! - [`job`]: the job, its validation and outcomes; [`error`]: the one error type and its
+//!   classes; [`proto`]: the protobuf wire format.
 //! - The binary (`src/main.rs`, `src/commands/`, one file per command) uses only this
 //!   library's public API, with the feature `daemon` (default).
 
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod admin;
+pub mod assembly;
 pub(crate) mod backoff;
 pub mod broker;
 pub(crate) mod columns;
@@ -41,9 +54,10 @@ mod pg_timestamp;
 pub mod producer;
 pub mod proto;
 pub mod relay;
+pub mod report;
+pub mod sink;
 pub mod table;
 pub mod telemetry;
-pub mod wakeup;
 
 pub use crate::broker::enqueue::{Enqueuer, Outcome};
 pub use crate::broker::layout::LayoutKind;

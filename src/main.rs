@@ -1,5 +1,5 @@
 //! The `jobrelay` binary: its commands live in `commands/`, one file each; the relay itself is
-//! the library's ([`jobrelay::relay::Assembly`]).
+//! the library's ([`jobrelay::assembly::Assembly`]).
 
 mod commands;
 

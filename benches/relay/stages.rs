@@ -29,9 +29,9 @@ pub async fn bench_stages(sb: &Sandbox, args: &Args) -> Result<serde_json::Value
     );
     let batcher = relay::Batcher::new(
         pool,
-        Arc::new(relay::Queries::for_layout(
+        Arc::new(relay::Queries::for_needs(
             &TableName::default(),
-            args.layout,
+            args.layout.layout().claim_needs(),
         )),
         Arc::new(BatchSettings {
             batch_size: args.batch_size,

@@ -31,4 +31,8 @@ impl<S: JobSink> JobSink for TimedSink<S> {
         }
         results
     }
+
+    fn claim_needs(&self) -> jobrelay::sink::ClaimNeeds {
+        self.inner.claim_needs()
+    }
 }

@@ -69,7 +69,7 @@ pub async fn peek<C: ConnectionLike + Send>(
     wanted: &Wanted,
     limit: usize,
 ) -> Result<Page, PeekError> {
-    let peek = layout.peek();
+    let peek = layout.layout().peek();
     let shelf = shelf_of(peek, namespace, wanted)?;
     let fail = |source| PeekError::Redis {
         key: shelf.key.clone(),

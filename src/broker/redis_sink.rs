@@ -10,11 +10,10 @@ use tokio::time::Instant;
 
 use crate::broker::connection::RedisConnection;
 use crate::broker::enqueue::{Enqueuer, JobResult};
-use crate::broker::layout::LayoutKind;
 use crate::broker::safety::{self, Eviction, RedisSafety};
 use crate::error::{Error, Reason, Result};
 use crate::job::Job;
-use crate::relay::sink::JobSink;
+use crate::sink::{ClaimNeeds, JobSink};
 
 /// How long a sink trusts what it last learnt of the `maxmemory-policy` (the probe looks every
 /// second): a policy changed at runtime stops the pushes within this.
@@ -206,8 +205,8 @@ impl RedisSink {
 }
 
 impl JobSink for RedisSink {
-    fn layout(&self) -> LayoutKind {
-        self.enqueuer.layout()
+    fn claim_needs(&self) -> ClaimNeeds {
+        self.enqueuer.claim_needs()
     }
 
     async fn push(&self, jobs: &[Job]) -> Result<Vec<JobResult>> {

@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
+use jobrelay::broker::redis_probe::RedisProbe;
 use jobrelay::config::{Config, STATEMENT_TIMEOUT};
 use jobrelay::telemetry::redact;
 use jobrelay::{db, relay};
@@ -15,14 +16,13 @@ pub(super) async fn run(config: &Config) -> Result<ExitCode> {
     let pool = db::lazy_pool(config.pg_options()?, 1);
     let version = tokio::time::timeout(STATEMENT_TIMEOUT, db::schema_version(&pool)).await;
     // The same checks as the daemon's /readyz.
-    let mut probe = relay::probe::Probe::new(
-        pool,
+    let redis = RedisProbe::new(
         config.redis_client()?,
-        &config.table,
         &config.namespace,
         config.push_timeout,
     )
     .with_safety(config.redis_safety());
+    let mut probe = relay::probe::Probe::new(pool, &config.table, config.push_timeout, redis);
     let found = probe.run_once().await;
     let version = version.map(|v| v.map_err(|e| e.to_string()));
     match (&found.postgres, version) {
@@ -88,22 +88,8 @@ pub(super) async fn run(config: &Config) -> Result<ExitCode> {
             );
         }
     }
-    match &found.redis {
-        Ok(eviction) => {
-            let safety = config.redis_safety();
-            let mut notes = vec![eviction.describe()];
-            if matches!(eviction, jobrelay::broker::safety::Eviction::Evicts(_)) {
-                notes[0].push_str(", accepted by --redis-allow-eviction");
-            }
-            if safety.wait_replicas > 0 {
-                notes.push(format!(
-                    "{} replicas acknowledged within {}",
-                    safety.wait_replicas,
-                    humantime::format_duration(safety.wait_timeout)
-                ));
-            }
-            println!("redis: ok ({})", notes.join("; "));
-        }
+    match &found.endpoint {
+        Ok(said) => println!("redis: ok ({said})"),
         Err(e) => {
             ok = false;
             println!("redis: {}: {}", e.reason(), redact::scrub(&e.to_string()));

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use jobrelay::broker::redis_sink::RedisSink;
+use jobrelay::broker::repair::{REPAIR_GRACE, REPAIR_LIMIT};
 use jobrelay::config::{Config, STATEMENT_TIMEOUT};
 use jobrelay::db;
-use jobrelay::relay::repair::{REPAIR_GRACE, REPAIR_LIMIT};
 use jobrelay::relay::{self, Batcher, JobSink as _};
 use jobrelay::Outcome;
 
@@ -23,7 +23,7 @@ pub(super) async fn run(config: &Config) -> Result<ExitCode> {
         .with_safety(config.redis_safety());
     let batcher = Batcher::new(
         pool,
-        Arc::new(relay::Queries::for_layout(&config.table, sink.layout())),
+        Arc::new(relay::Queries::for_needs(&config.table, sink.claim_needs())),
         Arc::new(config.batch_settings()),
         sink,
     );

@@ -16,6 +16,7 @@ use super::source::Sources;
 use super::values::{
     bounded_int, byte_size_between, duration_at_least, duration_between, parse_bool, parse_duration,
 };
+use crate::broker::layout::LayoutKind;
 use crate::broker::url as redis_url;
 use crate::defaults::*;
 use crate::table::TableName;
@@ -72,63 +73,28 @@ impl Config {
             })?
             .unwrap_or_default();
         let layout = src
-            .parse("layout", |s| s.parse::<crate::broker::layout::LayoutKind>())?
+            .parse("layout", |s| s.parse::<LayoutKind>())?
             .unwrap_or_default();
-        let namespace = if layout == crate::broker::layout::LayoutKind::Bullmq
-            && src.get("namespace").is_none()
-        {
-            // BullMQ's default prefix, "bull", and the ':' it joins keys with.
-            "bull:".to_owned()
+        // The layout's own rules: its runner's default prefix, the prefixes its workers can
+        // never read, whether they read a Cluster at all.
+        let runner = layout.layout();
+        let namespace = if src.get("namespace").is_none() {
+            runner.default_namespace().to_owned()
         } else {
             namespace
         };
-        if layout == crate::broker::layout::LayoutKind::Bullmq
-            && (namespace.len() < 2 || !namespace.ends_with(':'))
-        {
-            // BullMQ names a queue's keys <prefix>:<queue>:<type> and never has an empty prefix.
-            return Err(ConfigError {
+        runner
+            .check_namespace(&namespace)
+            .map_err(|reason| ConfigError {
                 culprit: "--namespace".into(),
-                reason: format!(
-                    "{namespace:?} cannot match a BullMQ worker: with --layout bullmq, give \
-                     BullMQ's prefix followed by ':' (BullMQ's default prefix is \"bull\": \
-                     --namespace bull:, the default in this layout; on a Redis Cluster \
-                     --namespace '{{bull}}:' for the prefix '{{bull}}')"
-                ),
-            });
-        }
-        if layout == crate::broker::layout::LayoutKind::Conveyor && !namespace.ends_with(':') {
-            // Conveyor joins its namespace to every key with ':' and never has an empty one
-            // (its default is "conv"): another prefix cannot reach a conveyor worker.
-            return Err(ConfigError {
-                culprit: "--namespace".into(),
-                reason: format!(
-                    "{namespace:?} cannot match a conveyor worker: with --layout conveyor, give \
-                     conveyor's namespace followed by ':' (conveyor's default namespace is \
-                     \"conv\": --namespace conv:)"
-                ),
-            });
-        }
-        if layout == crate::broker::layout::LayoutKind::Celery
-            && redis_url::topology(&redis_url) == Some(crate::broker::connection::Topology::Cluster)
-        {
-            // kombu's Redis transport talks to one Redis (or a Sentinel-managed primary).
+                reason,
+            })?;
+        if let Some(why) = runner.refuses_cluster().filter(|_| {
+            redis_url::topology(&redis_url) == Some(crate::broker::connection::Topology::Cluster)
+        }) {
             return Err(ConfigError {
                 culprit: "--layout".into(),
-                reason: "celery cannot read a Redis Cluster (kombu's Redis transport has no \
-                         Cluster support): give the URL of the Redis its workers use"
-                    .into(),
-            });
-        }
-        if layout == crate::broker::layout::LayoutKind::Rq
-            && redis_url::topology(&redis_url) == Some(crate::broker::connection::Topology::Cluster)
-        {
-            // RQ has no Cluster support (rq/rq#1048, open): its transactions and scripts name a
-            // job's hash, queue and registries, which share no hash tag.
-            return Err(ConfigError {
-                culprit: "--layout".into(),
-                reason: "rq cannot read a Redis Cluster (RQ has no Cluster support): give the \
-                         URL of the Redis its workers use"
-                    .into(),
+                reason: why.into(),
             });
         }
         if redis_url::topology(&redis_url) == Some(crate::broker::connection::Topology::Cluster)

@@ -123,9 +123,9 @@ impl Config {
         }
     }
 
-    /// The daemon's relay: [`crate::relay::Assembly::start`] runs it.
-    pub fn assembly(&self) -> Result<crate::relay::Assembly, ConfigError> {
-        Ok(crate::relay::Assembly {
+    /// The daemon's relay: [`crate::assembly::Assembly::start`] runs it.
+    pub fn assembly(&self) -> Result<crate::assembly::Assembly, ConfigError> {
+        Ok(crate::assembly::Assembly {
             settings: crate::relay::RelaySettings {
                 table: self.table.clone(),
                 batch: crate::relay::BatchSettings {

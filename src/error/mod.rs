@@ -9,9 +9,11 @@ use std::time::Duration;
 
 mod classify;
 mod reason;
+mod unfit;
 
 pub use self::classify::{postgres_reason, redis_reason};
 pub use self::reason::Reason;
+pub use self::unfit::Unfit;
 
 /// Everything the jobrelay library can fail with.
 ///
@@ -48,10 +50,10 @@ pub enum Error {
     Unfit {
         /// The job's uuid.
         uuid: uuid::Uuid,
-        /// The layout (`--layout`).
-        layout: crate::job::layout::LayoutKind,
+        /// The layout's name (`--layout`).
+        layout: &'static str,
         /// Why.
-        reason: crate::job::layout::Unfit,
+        reason: Unfit,
     },
 
     /// The marshalled job is larger than `--max-job-size`. Permanent.

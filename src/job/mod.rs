@@ -10,7 +10,6 @@ use crate::error::{Error, Result};
 use crate::pg_timestamp::RELAYABLE_RANGE;
 use crate::proto::v1;
 
-pub mod layout;
 mod outcome;
 
 pub use self::outcome::Outcome;

@@ -6,35 +6,10 @@ use std::time::{Duration, Instant};
 use sqlx::{Connection as _, PgPool, Row as _};
 
 use super::queries::{self, Queries};
-use crate::job::layout::LayoutKind;
+use crate::sink::ClaimNeeds;
 use crate::table::TableName;
 use crate::telemetry::events::{self, BacklogSampled, Event as _};
-
-/// A transaction (or prepared transaction) that has held the xmin horizon for this long is
-/// logged, once per episode, at WARN (docs/metrics.md#the-xmin-horizon): longer than any
-/// transaction of the relay's own (bounded by its idle-in-transaction timeout) or of a healthy
-/// OLTP application.
-pub const HORIZON_WARN_AFTER: Duration = Duration::from_secs(60);
-
-/// Who holds the xmin horizon of the outbox's database back: the oldest snapshot or
-/// transaction id that vacuum must keep dead rows for. Until it moves on, no row the relay
-/// deleted since can be removed, and claims walk over more and more of them.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Horizon {
-    /// `transaction`, `prepared transaction`, `standby feedback` or `replication slot`.
-    pub kind: String,
-    /// Its backend's pid (a prepared transaction has none; a slot, while a client uses it).
-    pub pid: Option<i32>,
-    /// How long its transaction has been open (prepared), in seconds; `None` for a slot or a
-    /// standby, and for another role's sessions unless the relay's role may read their
-    /// statistics (`pg_read_all_stats`).
-    pub seconds: Option<f64>,
-    /// How many transaction ids old the horizon it holds is.
-    pub xids: i64,
-    /// What else identifies it: state and application name, a prepared transaction's gid, a
-    /// slot's name.
-    pub detail: String,
-}
+pub use crate::telemetry::events::{Horizon, HORIZON_WARN_AFTER};
 
 /// How often the claimable age is looked for from the lowest id (a catch-up) rather than from
 /// the mark: at most this late for a row that became claimable below it.
@@ -66,8 +41,9 @@ pub struct Backlog {
 }
 
 impl Backlog {
-    /// The statements for `table` in `layout` (which says whether rows wait until due).
-    pub fn new(table: &TableName, layout: LayoutKind) -> Self {
+    /// The statements for `table`, for a runner that `needs` what it says of the claim
+    /// (whether rows wait until due).
+    pub fn new(table: &TableName, needs: ClaimNeeds) -> Self {
         Backlog {
             totals: format!(
                 "SELECT (SELECT count(*) FROM {t}),
@@ -78,7 +54,7 @@ impl Backlog {
                 t = table.pending(),
                 d = table.dead()
             ),
-            claimable: Queries::for_layout(table, layout).oldest_claimable,
+            claimable: Queries::for_needs(table, needs).oldest_claimable,
             mark: i64::MIN,
             caught_up: None,
             catch_up_every: CLAIMABLE_CATCH_UP,

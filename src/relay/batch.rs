@@ -9,13 +9,13 @@ use sqlx::{Connection as _, PgConnection, PgPool};
 use self::settle::{Failed, Fate};
 use super::cursor::{ClaimCursor, Claimed};
 use super::queries::{self, Queries};
-use super::report::{Interruption, Report};
 use super::row::{ClaimedRow, PendingRow, RowMeta};
-use super::sink::JobSink;
 use crate::backoff::per_job_delay;
 use crate::error::{Dependency, Error, ErrorClass, Reason, Result};
 use crate::job::Job;
 use crate::job::{JobResult, Outcome};
+use crate::report::{Interruption, Report};
+use crate::sink::JobSink;
 use crate::telemetry::events::{self, Event as _, Failures};
 use uuid::Uuid;
 

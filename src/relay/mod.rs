@@ -1,27 +1,23 @@
 //! The relay: claim committed rows, run the enqueue algorithm, delete what Redis acknowledged.
 //!
 //! - [`batch`]: one step (claim, push, delete or hand back, commit): [`Batcher::run_once`].
-//! - `worker`: the daemon's loop over that step, woken by [`crate::wakeup`] or the poll interval.
+//! - `worker`: the daemon's loop over that step, woken by [`crate::relay::wakeup`] or the poll interval.
 //! - [`mod@sweep`]: the one-shot recovery sweep over the same step.
-//! - [`sink`]: the seam to Redis ([`JobSink`]; Redis's is [`crate::broker::redis_sink::RedisSink`]).
+//! - [`JobSink`] ([`crate::sink`]): where claimed jobs go; the relay names no sink of its own.
 //! - [`health`], [`probe`]: dependency state for logs, probes and `jobrelay_up`; [`backlog`]:
 //!   the backlog and xmin horizon samples.
-//! - [`assemble`]: the daemon's relay in one call ([`Assembly::start`]).
 
-pub mod assemble;
 pub mod backlog;
 pub mod batch;
 pub mod cursor;
 pub mod health;
 pub mod probe;
 pub mod queries;
-pub mod repair;
-pub mod report;
 mod row;
-pub mod sink;
 pub(crate) mod slots;
 pub(crate) mod supervise;
 pub mod sweep;
+pub mod wakeup;
 pub(crate) mod worker;
 
 use std::sync::Arc;
@@ -33,15 +29,13 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use self::assemble::Assembly;
-
 pub use self::batch::{BatchSettings, Batcher};
 pub use self::health::{Dependency, Health};
 pub use self::queries::Queries;
-pub use self::report::Report;
-pub use self::sink::JobSink;
 pub use self::sweep::sweep;
-use crate::job::layout::LayoutKind;
+pub use crate::report::Report;
+use crate::sink::ClaimNeeds;
+pub use crate::sink::JobSink;
 use crate::table::TableName;
 
 /// What the daemon's workers share.
@@ -62,7 +56,7 @@ pub struct Wakeup {
     /// `None`: no listener, idle workers poll every poll interval.
     pub listen: Option<PgConnectOptions>,
     /// Whether busy workers hold the wake-up lock (one more connection while they find rows),
-    /// so that producers skip NOTIFY ([`crate::wakeup::lock`]).
+    /// so that producers skip NOTIFY ([`self::wakeup::lock`]).
     pub lock: bool,
 }
 
@@ -99,10 +93,10 @@ pub fn spawn_with<S: JobSink + 'static>(
     shutdown: CancellationToken,
 ) {
     let (wake_tx, wake_rx) = watch::channel(0u64);
-    let activity = Arc::new(crate::wakeup::lock::Activity::default());
+    let activity = Arc::new(self::wakeup::lock::Activity::default());
     if let Some(listen) = &wakeup.listen {
         let (h, stop) = (health.clone(), shutdown.clone());
-        let listener = crate::wakeup::listen::Listener {
+        let listener = self::wakeup::listen::Listener {
             opts: listen.clone(),
             notifier: pool.clone(),
             channel: settings.table.channel(),
@@ -123,9 +117,11 @@ pub fn spawn_with<S: JobSink + 'static>(
     // One claim cursor per relay: its workers' claims start where the relay's last ones took,
     // and the wake-up lock's poll looks where they do.
     let cursor = Arc::new(cursor::ClaimCursor::default());
-    let layout = sinks.first().map_or(LayoutKind::Jobrelay, JobSink::layout);
+    let needs = sinks
+        .first()
+        .map_or_else(ClaimNeeds::default, JobSink::claim_needs);
     if wakeup.lock {
-        let holds = layout.layout().holds_until_due();
+        let holds = needs.holds_until_due;
         let (h, stop) = (health.clone(), shutdown.clone());
         let (p, table, a) = (pool.clone(), settings.table.clone(), activity.clone());
         let c = cursor.clone();
@@ -135,7 +131,7 @@ pub fn spawn_with<S: JobSink + 'static>(
             h,
             stop.clone(),
             move || {
-                crate::wakeup::lock::keep_awake(
+                self::wakeup::lock::keep_awake(
                     p.clone(),
                     table.clone(),
                     a.clone(),
@@ -149,7 +145,7 @@ pub fn spawn_with<S: JobSink + 'static>(
     }
     // Without a listener or a lock, the wake channel closes here and workers poll.
     drop(wake_tx);
-    let queries = Arc::new(Queries::for_layout(&settings.table, layout));
+    let queries = Arc::new(Queries::for_needs(&settings.table, needs));
     let batch = Arc::new(settings.batch.clone());
     let slots = Arc::new(slots::SlotGate::default());
     for sink in sinks {

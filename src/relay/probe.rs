@@ -9,13 +9,10 @@
 //!   (`LOCK TABLE ... IN ACCESS EXCLUSIVE MODE`, `ALTER TABLE`, `VACUUM FULL`, `CREATE INDEX`
 //!   without `CONCURRENTLY`), for longer than [`LOCK_REPORT_AFTER`]: a `lock wait` naming the
 //!   holder's pid, not a probe that times out behind it.
-//! - Redis: a write (`SET <ns>jobrelay:probe ... PX`), `ROLE` = master (a denied `ROLE` cannot
-//!   tell), a `maxmemory-policy` that does not evict (unless `--redis-allow-eviction`), and with
-//!   `--redis-wait-replicas` a `WAIT` for the replicas ([`crate::broker::safety`]). A `PING` is
-//!   not enough: a Redis at `maxmemory` (`OOM`) or a read-only replica answers it while it
-//!   refuses every push. And even the small write may succeed while every batch fails (memory
-//!   hovering at the limit, a script denied by an ACL): so the probe's success never ends an
-//!   episode a failed push began; only a push does ([`Health`]).
+//! - The sink's endpoint: whatever its [`SinkProbe`] asks (for Redis, a write as a master that
+//!   keeps its keys: the broker's `RedisProbe`). Even a write that succeeds may come with every
+//!   batch failing (memory hovering at the limit, a script denied by an ACL): so the probe's
+//!   success never ends an episode a failed push began; only a push does ([`Health`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,10 +23,8 @@ use tokio_util::sync::CancellationToken;
 use super::backlog::Backlog;
 pub use super::backlog::HorizonWatch;
 use super::health::{Dependency, Health};
-use crate::broker::connection::{RedisConnection, RedisEndpoint};
-use crate::broker::safety::{Eviction, RedisSafety};
 use crate::error::{within, Error, LockHolder, Reason, Result};
-use crate::job::layout::LayoutKind;
+use crate::sink::{ClaimNeeds, SinkProbe};
 use crate::table::TableName;
 use crate::telemetry::events::Event as _;
 
@@ -49,10 +44,10 @@ pub struct Findings {
     pub postgres_sent: Instant,
     /// Postgres answered (`Ok(true)`: the table exists; `Ok(false)`: it does not), or why not.
     pub postgres: Result<bool>,
-    /// When the Redis check was sent.
-    pub redis_sent: Instant,
-    /// Redis took a write as a master (and what it says of its `maxmemory-policy`), or why not.
-    pub redis: Result<Eviction>,
+    /// When the endpoint's check was sent.
+    pub endpoint_sent: Instant,
+    /// The sink's endpoint takes writes (and what it says of itself), or why not.
+    pub endpoint: Result<String>,
 }
 
 impl Findings {
@@ -69,27 +64,24 @@ impl Findings {
             }
             Err(e) => health.check_failed_with_at(e, self.postgres_sent),
         }
-        match &self.redis {
-            Ok(_) => health.check_ok_at(Dependency::Redis, self.redis_sent),
-            Err(e) => health.check_failed_with_at(e, self.redis_sent),
+        match &self.endpoint {
+            Ok(_) => health.check_ok_at(Dependency::Redis, self.endpoint_sent),
+            Err(e) => health.check_failed_with_at(e, self.endpoint_sent),
         }
     }
 }
 
-/// The checks, with the Redis connection they keep between rounds.
-pub struct Probe {
+/// The checks: of Postgres and the outbox here, of the sink's endpoint through `endpoint`.
+pub struct Probe<E> {
     pool: PgPool,
-    redis: RedisEndpoint,
-    con: Option<RedisConnection>,
+    endpoint: E,
     table_sql: String,
     /// The outbox and its dead letters, quoted.
     tables: (String, String),
     /// [`LOCK_SQL`] for them, with its `$1` and `$2` as literals: sent with the simple query
     /// protocol (one round trip, whatever pooler is in between).
     lock_sql: String,
-    probe_key: String,
     timeout: Duration,
-    safety: RedisSafety,
 }
 
 /// Another session's granted lock on `$1` or `$2` that conflicts with the claims' `ROW
@@ -136,20 +128,13 @@ const HORIZON_SQL: &str = "
     ORDER BY xids DESC, seconds DESC NULLS LAST
     LIMIT 1";
 
-impl Probe {
-    /// A probe of `table` on `pool` and of Redis through `redis`, writing its key under
-    /// `namespace`; each check is bounded by `timeout`.
-    pub fn new(
-        pool: PgPool,
-        redis: impl Into<RedisEndpoint>,
-        table: &TableName,
-        namespace: &str,
-        timeout: Duration,
-    ) -> Self {
+impl<E: SinkProbe> Probe<E> {
+    /// A probe of `table` on `pool`, each check bounded by `timeout`, and of the sink's
+    /// endpoint through `endpoint` (which bounds its own).
+    pub fn new(pool: PgPool, table: &TableName, timeout: Duration, endpoint: E) -> Self {
         Probe {
             pool,
-            redis: redis.into(),
-            con: None,
+            endpoint,
             // Fails with undefined_table when the outbox is missing; says whether this
             // session could write (not a hot standby, not a read-only default).
             table_sql: format!(
@@ -161,31 +146,21 @@ impl Probe {
                 .replace("$1", &super::queries::sql_literal(&table.pending()))
                 .replace("$2", &super::queries::sql_literal(&table.dead())),
             tables: (table.pending(), table.dead()),
-            probe_key: format!("{namespace}jobrelay:probe"),
             timeout,
-            safety: RedisSafety::default(),
         }
-    }
-
-    /// The same probe, checking Redis against `safety` (`--redis-allow-eviction`,
-    /// `--redis-wait-replicas`); the default refuses an evicting policy and waits for no
-    /// replica.
-    pub fn with_safety(mut self, safety: RedisSafety) -> Self {
-        self.safety = safety;
-        self
     }
 
     /// One round of checks.
     pub async fn run_once(&mut self) -> Findings {
         let postgres_sent = Instant::now();
         let postgres = self.postgres().await;
-        let redis_sent = Instant::now();
-        let redis = self.redis_writable().await;
+        let endpoint_sent = Instant::now();
+        let endpoint = self.endpoint.writable().await;
         Findings {
             postgres_sent,
             postgres,
-            redis_sent,
-            redis,
+            endpoint_sent,
+            endpoint,
         }
     }
 
@@ -330,44 +305,6 @@ impl Probe {
             detail: row.try_get::<Option<String>, _>(4)?.unwrap_or_default(),
         }))
     }
-
-    async fn redis_writable(&mut self) -> Result<Eviction> {
-        let timeout = self.timeout;
-        let timed_out = || Error::Timeout {
-            dependency: crate::error::Dependency::Redis,
-            what: "redis probe",
-            after: timeout,
-        };
-        // WAIT answers by its own timeout: the round (and each answer) may take that much longer.
-        let bound = if self.safety.wait_replicas > 0 {
-            timeout + self.safety.wait_timeout
-        } else {
-            timeout
-        };
-        // Connected lazily (and kept): the probe runs from the start, Redis up or not.
-        if self.con.is_none() {
-            let con = tokio::time::timeout(
-                timeout,
-                crate::broker::connection::connect(&self.redis, bound),
-            )
-            .await
-            .map_err(|_| timed_out())??;
-            self.con = Some(con);
-        }
-        let con = self.con.as_mut().expect("connected above");
-        let found = tokio::time::timeout(
-            bound,
-            crate::broker::safety::writable(con, &self.probe_key, &self.safety),
-        )
-        .await
-        .map_err(|_| timed_out())?;
-        if matches!(&found, Err(e) if e.reason() == Reason::ReadOnly) {
-            // A replica (the primary moved, or the name now points elsewhere): the next round
-            // connects anew, as the workers do.
-            con.reconnect();
-        }
-        found
-    }
 }
 
 /// Another session's lock on the outbox (or its dead letters) that blocks the claims (see
@@ -395,16 +332,16 @@ fn missing_relation(e: &Error) -> bool {
 }
 
 /// The daemon's probe task: runs the [`Probe`] every [`PROBE_INTERVAL`] and reports to
-/// `health`; samples the backlog ([`Backlog`], for `layout`) and the xmin horizon every
-/// [`BACKLOG_INTERVAL`], until `shutdown`.
-pub async fn probe(
-    mut probe: Probe,
+/// `health`; samples the backlog ([`Backlog`], for what the runner `needs` of the claim) and
+/// the xmin horizon every [`BACKLOG_INTERVAL`], until `shutdown`.
+pub async fn probe<E: SinkProbe>(
+    mut probe: Probe<E>,
     table: TableName,
-    layout: LayoutKind,
+    needs: ClaimNeeds,
     health: Arc<Health>,
     shutdown: CancellationToken,
 ) {
-    let mut backlog = Backlog::new(&table, layout);
+    let mut backlog = Backlog::new(&table, needs);
     let mut last_backlog: Option<Instant> = None;
     let mut horizon = HorizonWatch::default();
     let mut ticker = tokio::time::interval(PROBE_INTERVAL);

@@ -1,7 +1,7 @@
 //! The relay's SQL, rendered once per table.
 
 use crate::columns::{self, ALL, CLAIMED};
-use crate::job::layout::LayoutKind;
+use crate::sink::ClaimNeeds;
 use crate::table::TableName;
 
 /// What a claimed row is counted as besides its payload, against the batch's byte cap: the
@@ -40,8 +40,8 @@ pub struct Queries {
     /// holds, when a batch's hand-back failed and it was rolled back (`Batcher`).
     pub settle_acknowledged: String,
     /// The id and age in seconds (`float8`, at least 0) of the first row with `id >= $1` that
-    /// a claim could take now: not parked by a retry's backoff (`available_at`), due in a
-    /// layout that holds rows until they are (celery's `run_at`), with a finite `created_at`;
+    /// a claim could take now: not parked by a retry's backoff (`available_at`), due for a
+    /// runner whose rows wait until they are ([`ClaimNeeds::holds_until_due`]), with a finite `created_at`;
     /// no row when there is none (`jobrelay_oldest_claimable_age_seconds`,
     /// [`super::backlog::Backlog`]). It walks the primary key from `$1` and stops at the first
     /// such row: it reads the rows parked ahead of it and the dead index entries there, never
@@ -87,17 +87,18 @@ pub const PLANNER_SETTINGS: [(&str, &str); 3] = [
 pub const CLAIM_SLOT_CLASS: i32 = 0x6A73;
 
 impl Queries {
-    /// Renders the statements for `table`, in the `jobrelay` layout.
+    /// Renders the statements for `table`, for a runner that needs nothing of the claim.
     pub fn new(table: &TableName) -> Self {
-        Queries::for_layout(table, LayoutKind::Jobrelay)
+        Queries::for_needs(table, ClaimNeeds::default())
     }
 
-    /// Renders the statements for `table` and `layout`. When the layout orders flows
-    /// ([`crate::broker::layout::Layout::orders_flows`]), the claim takes a row only once no other
-    /// pending row names it as its parent or predecessor: a flow's children and heirs reach
-    /// Redis before the job they wait for, and never after it might have finished. The two
-    /// partial indexes of migration 7 keep that test to two index probes per row.
-    pub fn for_layout(table: &TableName, layout: LayoutKind) -> Self {
+    /// Renders the statements for `table` and what the runner `needs` of the claim. With
+    /// [`ClaimNeeds::flows_in_order`], the claim takes a row only once no other pending row
+    /// names it as its parent or predecessor: a flow's children and heirs reach the runner
+    /// before the job they wait for, and never after it might have finished. The two partial
+    /// indexes of migration 7 keep that test to two index probes per row. With
+    /// [`ClaimNeeds::holds_until_due`], it takes a row only once its `run_at` has passed.
+    pub fn for_needs(table: &TableName, needs: ClaimNeeds) -> Self {
         let t = table.pending();
         let row_columns = columns::list(ALL);
         // The buried row, as the statement's snapshot saw it, with its attempt counted and why.
@@ -133,8 +134,8 @@ impl Queries {
         let from_unnest = columns::from_unnest(ALL);
         // While no pending row names a parent or a predecessor (one look into each partial
         // index, once per statement: an InitPlan), no row needs the per-row test: a claim of
-        // plain jobs costs what it costs in the jobrelay layout.
-        let flows = if layout.layout().orders_flows() {
+        // plain jobs costs what it costs without flows.
+        let flows = if needs.flows_in_order {
             format!(
                 "AND ((SELECT NOT EXISTS (SELECT 1 FROM {t} WHERE parent_uuid IS NOT NULL)
                               AND NOT EXISTS (SELECT 1 FROM {t} WHERE predecessor_uuid IS NOT NULL))
@@ -147,7 +148,7 @@ impl Queries {
             String::new()
         };
         // A runner without a scheduled set gets a job once it is due: the row waits here.
-        let due = if layout.layout().holds_until_due() {
+        let due = if needs.holds_until_due {
             "AND (run_at IS NULL OR run_at <= now())"
         } else {
             ""
@@ -258,8 +259,8 @@ mod tests {
     /// what `columns::at` names it for.
     #[test]
     fn the_claim_returns_its_columns_and_flags_where_decoding_reads_them() {
-        for layout in LayoutKind::ALL {
-            let claim = Queries::for_layout(&TableName::default(), layout).claim;
+        for needs in ClaimNeeds::ALL {
+            let claim = Queries::for_needs(&TableName::default(), needs).claim;
             let returning = &claim[claim.rfind("RETURNING ").unwrap() + "RETURNING ".len()..];
             let names: Vec<&str> = returning
                 .split(", ")
@@ -267,7 +268,7 @@ mod tests {
                 .collect();
             let mut wanted: Vec<&str> = COLUMNS[CLAIMED].to_vec();
             wanted.extend(CLAIM_FLAGS);
-            assert_eq!(names, wanted, "{layout:?}");
+            assert_eq!(names, wanted, "{needs:?}");
             assert_eq!(
                 (names[at::PAYLOAD], names[at::BURIED], names[at::CAPPED]),
                 ("payload", "buried", "capped")

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::health::Health;
 use crate::backoff::Backoff;
+use crate::telemetry::panic;
 
 /// A run this long without a panic resets the restart backoff.
 const STABLE_RUN: Duration = Duration::from_secs(60);
@@ -35,10 +36,10 @@ pub(crate) async fn supervised<F, Fut>(
     let mut backoff = Backoff::transient();
     loop {
         let started = Instant::now();
-        let Err(panic) = AssertUnwindSafe(make()).catch_unwind().await else {
+        let Err(payload) = AssertUnwindSafe(make()).catch_unwind().await else {
             return;
         };
-        health.panicked(task, &panic_message(panic.as_ref()));
+        health.panicked(task, &panic::message(payload.as_ref()));
         if started.elapsed() >= STABLE_RUN {
             backoff.reset();
         }
@@ -46,16 +47,5 @@ pub(crate) async fn supervised<F, Fut>(
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(backoff.next_delay()) => {}
         }
-    }
-}
-
-/// The text of a panic payload (`&str` or `String`, as `panic!` makes them).
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic without a message".to_owned()
     }
 }

@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use super::batch::Batcher;
-use super::report::Report;
-use super::sink::JobSink;
 use crate::backoff::Backoff;
 use crate::error::Result;
+use crate::report::Report;
+use crate::sink::JobSink;
 
 /// Transient failures a sweep rides out (with backoff) before it gives up.
 pub const SWEEP_RETRIES: u32 = 5;

@@ -8,11 +8,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::batch::Batcher;
 use super::health::{Dependency, Health};
-use super::sink::JobSink;
 use super::slots::SlotGate;
 use crate::backoff::Backoff;
+use crate::relay::wakeup::lock::Activity;
+use crate::sink::JobSink;
 use crate::telemetry::redact;
-use crate::wakeup::lock::Activity;
 
 /// Repeats batches until `shutdown`: a full batch (`batch_size` rows, or stopped at the byte
 /// cap) loops at once; otherwise the worker waits for a wake-up or `poll_interval`. A transient failure backs off (100 ms doubling to 30 s, with

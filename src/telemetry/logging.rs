@@ -46,7 +46,7 @@ pub fn init(format: LogFormat) {
     if installed.is_ok() {
         // A panic is one log line in the chosen format, not raw text on stderr.
         std::panic::set_hook(Box::new(|info| {
-            let message = crate::relay::supervise::panic_message(info.payload());
+            let message = super::panic::message(info.payload());
             let location = info
                 .location()
                 .map(|l| format!("{}:{}", l.file(), l.line()))

@@ -4,4 +4,5 @@ pub mod events;
 #[cfg(feature = "daemon")]
 pub mod logging;
 pub mod metrics;
+pub(crate) mod panic;
 pub mod redact;

@@ -184,7 +184,7 @@ async fn a_relay_killed_holding_the_lock_releases_it(pool: PgPool) {
 /// then idle.
 #[sqlx::test]
 async fn the_wakeup_lock_steps_through_take_poll_release(pool: PgPool) {
-    use jobrelay::wakeup::lock::{Activity, Next, WakeupLock, AWAKE_POLL};
+    use jobrelay::relay::wakeup::lock::{Activity, Next, WakeupLock, AWAKE_POLL};
     use std::sync::Arc;
     let activity = Arc::new(Activity::default());
     let (wake, mut woken) = tokio::sync::watch::channel(0u64);
@@ -250,7 +250,7 @@ async fn the_wakeup_lock_steps_through_take_poll_release(pool: PgPool) {
 #[sqlx::test]
 async fn the_awake_poll_looks_above_the_claim_mark(pool: PgPool) {
     use jobrelay::relay::cursor::{ClaimCursor, Claimed};
-    use jobrelay::wakeup::lock::{Activity, Next, WakeupLock, AWAKE_POLL};
+    use jobrelay::relay::wakeup::lock::{Activity, Next, WakeupLock, AWAKE_POLL};
     use std::sync::Arc;
     insert_rows(&pool, 1, "below").await;
     let below: i64 = sqlx::query_scalar("SELECT max(id) FROM pending_jobs")

@@ -15,20 +15,13 @@ use redis::Value;
 
 use self::call::Call;
 use crate::broker::layout::{Layout, LayoutKind};
+use crate::defaults::{DEFAULT_BATCH_MAX_BYTES, DEFAULT_MAX_JOB_SIZE};
 use crate::error::{Error, Result};
 use crate::job::Job;
 pub use crate::job::{JobResult, Outcome};
 
 /// Jobs per script call. Bounds how long one call blocks Redis (a few milliseconds).
 pub const MAX_JOBS_PER_CALL: usize = 1000;
-
-/// Default `--max-job-size`: the largest marshalled job relayed (larger ones are dead-lettered
-/// as permanent failures). Measured: docs/benchmarks.md#the-byte-cap-and-the-job-size-limit.
-pub const DEFAULT_MAX_JOB_BYTES: usize = 8 * 1024 * 1024;
-
-/// Default bytes per script call and per batch (`--batch-max-bytes`). Measured:
-/// docs/benchmarks.md#the-byte-cap-and-the-job-size-limit.
-pub const DEFAULT_MAX_CALL_BYTES: usize = 8 * 1024 * 1024;
 
 /// Whether the enqueuer validates each job ([`Job::validate`]) before it marshals it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,15 +50,15 @@ pub struct Enqueuer {
 impl Enqueuer {
     /// An enqueuer writing the `jobrelay` layout's keys under `namespace` (e.g. `"app1:"`, or
     /// `""` for none) whose dedup markers expire after `dedup_ttl` (`Duration::ZERO`: never),
-    /// with the default size limits ([`DEFAULT_MAX_JOB_BYTES`], [`DEFAULT_MAX_CALL_BYTES`]).
+    /// with the default size limits ([`DEFAULT_MAX_JOB_SIZE`], [`DEFAULT_BATCH_MAX_BYTES`]).
     pub fn new(namespace: impl Into<String>, dedup_ttl: Duration) -> Self {
         let layout = LayoutKind::Jobrelay.layout();
         Enqueuer {
             layout,
             namespace: namespace.into(),
             dedup_ttl_ms: dedup_ttl.as_millis().try_into().unwrap_or(u64::MAX),
-            max_job_bytes: DEFAULT_MAX_JOB_BYTES,
-            max_call_bytes: DEFAULT_MAX_CALL_BYTES,
+            max_job_bytes: DEFAULT_MAX_JOB_SIZE,
+            max_call_bytes: DEFAULT_BATCH_MAX_BYTES,
             script: redis::Script::new(layout.script()),
             repair: layout.repair_script().map(redis::Script::new),
         }
@@ -88,6 +81,11 @@ impl Enqueuer {
     /// The layout.
     pub fn layout(&self) -> LayoutKind {
         self.layout.kind()
+    }
+
+    /// What the layout's runner needs of the relay's claim.
+    pub fn claim_needs(&self) -> crate::sink::ClaimNeeds {
+        self.layout.claim_needs()
     }
 
     /// Whether the layout needs [`Enqueuer::repair`] run regularly.
@@ -213,7 +211,7 @@ impl Enqueuer {
     ) -> Result<Vec<JobResult>> {
         let mut results: Vec<Option<JobResult>> = Vec::with_capacity(jobs.len());
         results.resize_with(jobs.len(), || None);
-        let order = if self.layout.orders_flows() {
+        let order = if self.layout.claim_needs().flows_in_order {
             dependents_first(jobs)
         } else {
             (0..jobs.len()).collect()
@@ -291,7 +289,7 @@ impl Enqueuer {
             .encode(job, buf)
             .map_err(|reason| Error::Unfit {
                 uuid: job.uuid,
-                layout: self.layout.kind(),
+                layout: self.layout.name(),
                 reason,
             })?;
         if buf.len() > self.max_job_bytes {

@@ -30,7 +30,7 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 
-use super::{push_queue_key, refuse_flows, Layout, LayoutKind, Unfit};
+use super::{push_queue_key, refuse_flows, ClaimNeeds, Layout, LayoutKind, Payload, Unfit};
 use crate::job::Job;
 
 /// The layout.
@@ -84,6 +84,44 @@ pub(crate) fn data_of(payload: &[u8]) -> Result<&str, Unfit> {
 impl Layout for Bullmq {
     fn kind(&self) -> LayoutKind {
         LayoutKind::Bullmq
+    }
+
+    fn name(&self) -> &'static str {
+        "bullmq"
+    }
+
+    fn claim_needs(&self) -> ClaimNeeds {
+        ClaimNeeds {
+            flows_in_order: false,
+            holds_until_due: false,
+        }
+    }
+
+    fn payload(&self) -> Payload {
+        Payload::JsonArgs
+    }
+
+    fn default_namespace(&self) -> &'static str {
+        // BullMQ's default prefix, "bull", and the ':' it joins keys with.
+        "bull:"
+    }
+
+    fn check_namespace(&self, namespace: &str) -> std::result::Result<(), String> {
+        // BullMQ names a queue's keys <prefix>:<queue>:<type> and never has an empty prefix.
+        if namespace.len() >= 2 && namespace.ends_with(':') {
+            return Ok(());
+        }
+        Err(format!(
+            "{namespace:?} cannot match a BullMQ worker: with --layout bullmq, give \
+             BullMQ's prefix followed by ':' (BullMQ's default prefix is \"bull\": \
+             --namespace bull:, the default in this layout; on a Redis Cluster \
+             --namespace '{{bull}}:' for the prefix '{{bull}}')"
+        ))
+    }
+
+    #[cfg(feature = "daemon")]
+    fn peek(&self) -> &dyn super::peek::Peek {
+        self
     }
 
     fn script(&self) -> &'static str {
@@ -146,10 +184,6 @@ impl Layout for Bullmq {
 
     fn marks_in_sets(&self) -> bool {
         true
-    }
-
-    fn orders_flows(&self) -> bool {
-        false
     }
 }
 

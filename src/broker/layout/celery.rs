@@ -24,7 +24,7 @@
 //!   a direct queue, is routed by its queue name, never through a binding.
 //! - The dedup marker `<ns>jobrelay:celery:<uuid>`, a key kombu and celery never read.
 //! - No flows (celery's chains and chords travel in the message body) and no scheduled set:
-//!   rows wait in the outbox until their `run_at` is due ([`Layout::holds_until_due`]) and go
+//!   rows wait in the outbox until their `run_at` is due ([`ClaimNeeds::holds_until_due`]) and go
 //!   out without an ETA.
 
 #[cfg(feature = "daemon")]
@@ -39,7 +39,7 @@ use uuid::Uuid;
 
 use self::saferepr::saferepr;
 use super::args_kwargs::split_payload;
-use super::{push_keys, Layout, LayoutKind, Unfit};
+use super::{push_keys, ClaimNeeds, Layout, LayoutKind, Payload, Unfit};
 use crate::job::Job;
 
 /// The layout.
@@ -245,6 +245,34 @@ impl Layout for Celery {
         LayoutKind::Celery
     }
 
+    fn name(&self) -> &'static str {
+        "celery"
+    }
+
+    fn claim_needs(&self) -> ClaimNeeds {
+        ClaimNeeds {
+            flows_in_order: false,
+            holds_until_due: true,
+        }
+    }
+
+    fn payload(&self) -> Payload {
+        Payload::JsonArgs
+    }
+
+    fn refuses_cluster(&self) -> Option<&'static str> {
+        // kombu's Redis transport talks to one Redis (or a Sentinel-managed primary).
+        Some(
+            "celery cannot read a Redis Cluster (kombu's Redis transport has no Cluster \
+             support): give the URL of the Redis its workers use",
+        )
+    }
+
+    #[cfg(feature = "daemon")]
+    fn peek(&self) -> &dyn super::peek::Peek {
+        self
+    }
+
     fn script(&self) -> &'static str {
         concat!(include_str!("prelude.lua"), include_str!("celery.lua"))
     }
@@ -286,14 +314,6 @@ impl Layout for Celery {
     /// own name.
     fn queue_infix(&self) -> &'static str {
         ""
-    }
-
-    fn orders_flows(&self) -> bool {
-        false
-    }
-
-    fn holds_until_due(&self) -> bool {
-        true
     }
 }
 

@@ -25,7 +25,7 @@ use std::fmt::Write as _;
 use prost::Message;
 use uuid::Uuid;
 
-use super::{push_keys, write_flow_route, Layout, LayoutKind, Unfit};
+use super::{push_keys, write_flow_route, ClaimNeeds, Layout, LayoutKind, Payload, Unfit};
 use crate::job::{timestamp, Job};
 use crate::proto::wire;
 
@@ -73,6 +73,39 @@ impl Conveyor {
 impl Layout for Conveyor {
     fn kind(&self) -> LayoutKind {
         LayoutKind::Conveyor
+    }
+
+    fn name(&self) -> &'static str {
+        "conveyor"
+    }
+
+    fn claim_needs(&self) -> ClaimNeeds {
+        ClaimNeeds {
+            flows_in_order: true,
+            holds_until_due: false,
+        }
+    }
+
+    fn payload(&self) -> Payload {
+        Payload::Opaque
+    }
+
+    fn check_namespace(&self, namespace: &str) -> std::result::Result<(), String> {
+        // Conveyor joins its namespace to every key with ':' and never has an empty one
+        // (its default is "conv"): another prefix cannot reach a conveyor worker.
+        if namespace.ends_with(':') {
+            return Ok(());
+        }
+        Err(format!(
+            "{namespace:?} cannot match a conveyor worker: with --layout conveyor, give \
+             conveyor's namespace followed by ':' (conveyor's default namespace is \
+             \"conv\": --namespace conv:)"
+        ))
+    }
+
+    #[cfg(feature = "daemon")]
+    fn peek(&self) -> &dyn super::peek::Peek {
+        self
     }
 
     fn script(&self) -> &'static str {
@@ -131,10 +164,6 @@ impl Layout for Conveyor {
 
     fn marker_infix(&self) -> &'static str {
         MARKER_INFIX
-    }
-
-    fn orders_flows(&self) -> bool {
-        true
     }
 
     /// Sets free the children and heirs that a close of their parent (predecessor) stranded

@@ -7,7 +7,7 @@ mod peek;
 
 use prost::Message;
 
-use super::{push_keys, write_flow_route, Layout, LayoutKind, Unfit};
+use super::{push_keys, write_flow_route, ClaimNeeds, Layout, LayoutKind, Payload, Unfit};
 use crate::job::Job;
 
 /// The layout.
@@ -28,6 +28,26 @@ const ARGS_OVERHEAD: usize = 192;
 impl Layout for Jobrelay {
     fn kind(&self) -> LayoutKind {
         LayoutKind::Jobrelay
+    }
+
+    fn name(&self) -> &'static str {
+        "jobrelay"
+    }
+
+    fn claim_needs(&self) -> ClaimNeeds {
+        ClaimNeeds {
+            flows_in_order: false,
+            holds_until_due: false,
+        }
+    }
+
+    fn payload(&self) -> Payload {
+        Payload::Opaque
+    }
+
+    #[cfg(feature = "daemon")]
+    fn peek(&self) -> &dyn super::peek::Peek {
+        self
     }
 
     fn script(&self) -> &'static str {
@@ -60,9 +80,5 @@ impl Layout for Jobrelay {
 
     fn marker_infix(&self) -> &'static str {
         "jobs:"
-    }
-
-    fn orders_flows(&self) -> bool {
-        false
     }
 }

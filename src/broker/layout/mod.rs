@@ -1,28 +1,15 @@
 //! Redis layouts: what a job looks like in Redis for the workers that consume it.
 //!
-//! A layout owns three things: the job's wire encoding, the key names, and the enqueue script
-//! that writes them (with the dedup marker). [`crate::Enqueuer`] runs whichever layout it is
-//! given; everything else (claiming, settling, dead letters) is the same for every layout.
+//! A layout is one module that owns everything about its runner: the job's wire encoding, the
+//! key names, the enqueue script that writes them (with the dedup marker), how `jobrelay peek`
+//! reads a job back, its configuration rules (default namespace, namespaces its workers cannot
+//! use, Cluster support) and what the claim must do for it ([`ClaimNeeds`]). [`crate::Enqueuer`]
+//! runs whichever layout it is given; everything else (claiming, settling, dead letters) is the
+//! same for every layout. Each module's first line names its runner and the versions it is
+//! written for; [`LayoutKind::ALL`] lists them, and docs/layouts/README.md describes them.
 //!
-//! - [`LayoutKind::Jobrelay`] (`--layout jobrelay`, the default): jobrelay's own protobuf
-//!   `jobrelay.v1.Job` and keys (docs/layouts.md).
-//! - [`LayoutKind::Conveyor`] (`--layout conveyor`): what the Go job runner
-//!   [conveyor](https://github.com/jpoz/conveyor) reads: its `wire.Job`, its keys and its
-//!   `AddJob` branch order, with flows kept in order and late children never stranded.
-//! - [`LayoutKind::Sidekiq`] (`--layout sidekiq`): what the Ruby job runner
-//!   [Sidekiq](https://github.com/sidekiq/sidekiq) 6.x/7.x reads: the job hash as JSON that its
-//!   client pushes, its queues and its scheduled set. No flows.
-//! - [`LayoutKind::Celery`] (`--layout celery`): what a [Celery](https://docs.celeryq.dev/) 5
-//!   worker on the Redis broker reads: kombu's message envelope (task protocol 2, JSON) on the
-//!   queue's list; rows wait in the outbox until their `run_at` is due.
-//! - [`LayoutKind::Bullmq`] (`--layout bullmq`): what a [BullMQ](https://github.com/taskforcesh/bullmq)
-//!   6.x `Worker` reads: the job hash, wait list, delayed set, marker and events stream that
-//!   `Queue.add` writes for a custom job id. No flows.
-//! - [`LayoutKind::Rq`] (`--layout rq`): what an [RQ](https://python-rq.org) 2.x worker with
-//!   the JSON serializer reads: RQ's job hash, its queue's list of ids and its scheduled
-//!   registry. No flows.
-//!
-//! Another runner's layout is one more implementation of [`Layout`] and one more variant.
+//! Another runner's layout is one more module implementing [`Layout`] (and [`peek::Peek`]),
+//! one more variant of [`LayoutKind`] and its arm in [`LayoutKind::layout`], the one registry.
 
 mod args_kwargs;
 mod bullmq;
@@ -36,16 +23,46 @@ mod sidekiq;
 
 pub(crate) use self::sidekiq::args_of as sidekiq_args_of;
 pub use self::sidekiq::{MAX_ARGS_DEPTH as SIDEKIQ_MAX_ARGS_DEPTH, RESERVED as SIDEKIQ_RESERVED};
-pub use crate::job::layout::{LayoutKind, Unfit};
+pub use crate::error::Unfit;
+pub use crate::sink::ClaimNeeds;
 
 use std::fmt;
+use std::str::FromStr;
 
 use uuid::Uuid;
 
 use crate::job::Job;
 
+/// Which layout, as named by `--layout` / `JOBRELAY_LAYOUT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LayoutKind {
+    /// jobrelay's own layout (the default).
+    #[default]
+    Jobrelay,
+    /// The layout of the Go job runner conveyor.
+    Conveyor,
+    /// The layout of the Ruby job runner Sidekiq.
+    Sidekiq,
+    /// The layout of Celery on its Redis broker (kombu's Redis transport).
+    Celery,
+    /// The layout of the Node.js job runner BullMQ.
+    Bullmq,
+    /// The layout of the Python job runner RQ (JSON serializer).
+    Rq,
+}
+
 impl LayoutKind {
-    /// The layout itself.
+    /// Every layout, in the order `--help` lists them.
+    pub const ALL: [LayoutKind; 6] = [
+        LayoutKind::Jobrelay,
+        LayoutKind::Conveyor,
+        LayoutKind::Sidekiq,
+        LayoutKind::Celery,
+        LayoutKind::Bullmq,
+        LayoutKind::Rq,
+    ];
+
+    /// The layout itself: the one registry of layouts.
     pub fn layout(self) -> &'static dyn Layout {
         match self {
             LayoutKind::Jobrelay => &jobrelay::JOBRELAY,
@@ -57,18 +74,41 @@ impl LayoutKind {
         }
     }
 
-    /// Where the layout keeps its jobs and how to read one (`jobrelay peek`).
-    #[cfg(feature = "daemon")]
-    pub fn peek(self) -> &'static dyn peek::Peek {
-        match self {
-            LayoutKind::Jobrelay => &jobrelay::JOBRELAY,
-            LayoutKind::Conveyor => &conveyor::CONVEYOR,
-            LayoutKind::Sidekiq => &sidekiq::SIDEKIQ,
-            LayoutKind::Celery => &celery::CELERY,
-            LayoutKind::Bullmq => &bullmq::BULLMQ,
-            LayoutKind::Rq => &rq::RQ,
-        }
+    /// The name `--layout` takes.
+    pub fn as_str(self) -> &'static str {
+        self.layout().name()
     }
+}
+
+impl fmt::Display for LayoutKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for LayoutKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        LayoutKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = LayoutKind::ALL.iter().map(|k| k.as_str()).collect();
+                format!("unknown layout {s:?}; one of {}", names.join(", "))
+            })
+    }
+}
+
+/// What a row's `payload` is to a layout's runner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payload {
+    /// Bytes the runner's workers read as they are (jobrelay's own layout; conveyor's
+    /// protobuf message).
+    Opaque,
+    /// A JSON array of the job's arguments (Sidekiq's `args`, BullMQ's `data`); the layouts of
+    /// Celery and RQ also take `{"args": [...], "kwargs": {...}}`.
+    JsonArgs,
 }
 
 /// One Redis layout: wire encoding, keys and enqueue script.
@@ -83,6 +123,37 @@ impl LayoutKind {
 pub trait Layout: Send + Sync + fmt::Debug {
     /// Which one.
     fn kind(&self) -> LayoutKind;
+
+    /// The name `--layout` takes.
+    fn name(&self) -> &'static str;
+
+    /// What the claim must do for this runner: keep flows in order, hold rows until due.
+    fn claim_needs(&self) -> ClaimNeeds;
+
+    /// What a row's `payload` is to the runner.
+    fn payload(&self) -> Payload;
+
+    /// The namespace when none is given: the runner's own key prefix (empty by default).
+    fn default_namespace(&self) -> &'static str {
+        ""
+    }
+
+    /// Refuses a namespace the runner's workers can never read, saying why and what to give
+    /// instead (checked once, as the configuration is read).
+    fn check_namespace(&self, namespace: &str) -> std::result::Result<(), String> {
+        let _ = namespace;
+        Ok(())
+    }
+
+    /// Why the runner's workers cannot read a Redis Cluster, if they cannot (the relay then
+    /// refuses to start with a Cluster URL in this layout).
+    fn refuses_cluster(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Where the layout keeps its jobs and how to read one back (`jobrelay peek`).
+    #[cfg(feature = "daemon")]
+    fn peek(&self) -> &dyn peek::Peek;
 
     /// The enqueue script's source.
     fn script(&self) -> &'static str;
@@ -143,19 +214,6 @@ pub trait Layout: Send + Sync + fmt::Debug {
             self.queue_infix(),
             self.queue_suffix()
         )
-    }
-
-    /// Whether a job must reach Redis no later than the job it names as its parent or
-    /// predecessor (so that it never lands in the lists of a job that already finished): the
-    /// claim then takes a row only once no pending row names it, and a batch goes out with
-    /// such dependents first.
-    fn orders_flows(&self) -> bool;
-
-    /// Whether a job whose `run_at` is in the future stays in the outbox until it is due (the
-    /// runner has no scheduled set the relay could write it to): the claim then takes a row
-    /// only once its `run_at` has passed, and the job goes out without one.
-    fn holds_until_due(&self) -> bool {
-        false
     }
 
     /// Whether each job's message reaches its queue's list by a native `LPUSH` instead of as a

@@ -36,7 +36,7 @@ use chrono::{DateTime, Utc};
 
 use self::pyrepr::Py;
 use super::args_kwargs::split_payload;
-use super::{push_queue_key, refuse_flows, Layout, LayoutKind, Unfit};
+use super::{push_queue_key, refuse_flows, ClaimNeeds, Layout, LayoutKind, Payload, Unfit};
 use crate::job::{epoch_score, Job};
 
 /// The layout.
@@ -268,6 +268,35 @@ impl Layout for Rq {
         LayoutKind::Rq
     }
 
+    fn name(&self) -> &'static str {
+        "rq"
+    }
+
+    fn claim_needs(&self) -> ClaimNeeds {
+        ClaimNeeds {
+            flows_in_order: false,
+            holds_until_due: false,
+        }
+    }
+
+    fn payload(&self) -> Payload {
+        Payload::JsonArgs
+    }
+
+    fn refuses_cluster(&self) -> Option<&'static str> {
+        // RQ has no Cluster support (rq/rq#1048, open): its transactions and scripts name a
+        // job's hash, queue and registries, which share no hash tag.
+        Some(
+            "rq cannot read a Redis Cluster (RQ has no Cluster support): give the URL of the \
+             Redis its workers use",
+        )
+    }
+
+    #[cfg(feature = "daemon")]
+    fn peek(&self) -> &dyn super::peek::Peek {
+        self
+    }
+
     fn script(&self) -> &'static str {
         concat!(
             include_str!("prelude.lua"),
@@ -311,10 +340,6 @@ impl Layout for Rq {
 
     fn marks_in_sets(&self) -> bool {
         true
-    }
-
-    fn orders_flows(&self) -> bool {
-        false
     }
 }
 

@@ -27,7 +27,7 @@ use std::io::Write as _;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{push_keys, refuse_flows, Layout, LayoutKind, Unfit};
+use super::{push_keys, refuse_flows, ClaimNeeds, Layout, LayoutKind, Payload, Unfit};
 use crate::job::{epoch_score, Job};
 
 /// The layout.
@@ -204,6 +204,26 @@ impl Layout for Sidekiq {
         LayoutKind::Sidekiq
     }
 
+    fn name(&self) -> &'static str {
+        "sidekiq"
+    }
+
+    fn claim_needs(&self) -> ClaimNeeds {
+        ClaimNeeds {
+            flows_in_order: false,
+            holds_until_due: false,
+        }
+    }
+
+    fn payload(&self) -> Payload {
+        Payload::JsonArgs
+    }
+
+    #[cfg(feature = "daemon")]
+    fn peek(&self) -> &dyn super::peek::Peek {
+        self
+    }
+
     fn script(&self) -> &'static str {
         concat!(include_str!("prelude.lua"), include_str!("sidekiq.lua"))
     }
@@ -241,10 +261,6 @@ impl Layout for Sidekiq {
 
     fn marker_infix(&self) -> &'static str {
         MARKER_INFIX
-    }
-
-    fn orders_flows(&self) -> bool {
-        false
     }
 }
 

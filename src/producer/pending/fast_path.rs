@@ -318,7 +318,8 @@ impl PendingJobs {
             .enqueuer
             .layout()
             .layout()
-            .holds_until_due();
+            .claim_needs()
+            .holds_until_due;
         let now = Utc::now();
         move |job: &Job| !holds || job.run_at.is_none_or(|t| t <= now)
     }

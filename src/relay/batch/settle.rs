@@ -7,9 +7,9 @@ use sqlx::{Connection as _, PgConnection};
 
 use super::Batcher;
 use crate::error::{Dependency, Error, Result};
-use crate::relay::report::{Interruption, Report};
 use crate::relay::row::{PendingRow, RowArrays};
-use crate::relay::sink::JobSink;
+use crate::report::{Interruption, Report};
+use crate::sink::JobSink;
 use crate::telemetry::events::{self, Event as _};
 
 /// A row that did not make it, on its way back to the table or to the dead letters.

@@ -28,9 +28,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
-use super::report::Interruption;
 pub use crate::error::Dependency;
 use crate::error::{Error, Reason};
+use crate::report::Interruption;
 use crate::table::TableName;
 use crate::telemetry::events::{self, Event as _};
 

@@ -1,8 +1,35 @@
 //! The probe's samples: the backlog of the outbox, and what holds the database's xmin horizon.
 
+use std::time::Duration;
+
 use super::Event;
-use crate::relay::backlog::{Horizon, HORIZON_WARN_AFTER};
 use crate::telemetry::metrics;
+
+/// A transaction (or prepared transaction) that has held the xmin horizon for this long is
+/// logged, once per episode, at WARN (docs/metrics.md#the-xmin-horizon): longer than any
+/// transaction of the relay's own (bounded by its idle-in-transaction timeout) or of a healthy
+/// OLTP application.
+pub const HORIZON_WARN_AFTER: Duration = Duration::from_secs(60);
+
+/// Who holds the xmin horizon of the outbox's database back: the oldest snapshot or
+/// transaction id that vacuum must keep dead rows for. Until it moves on, no row the relay
+/// deleted since can be removed, and claims walk over more and more of them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Horizon {
+    /// `transaction`, `prepared transaction`, `standby feedback` or `replication slot`.
+    pub kind: String,
+    /// Its backend's pid (a prepared transaction has none; a slot, while a client uses it).
+    pub pid: Option<i32>,
+    /// How long its transaction has been open (prepared), in seconds; `None` for a slot or a
+    /// standby, and for another role's sessions unless the relay's role may read their
+    /// statistics (`pg_read_all_stats`).
+    pub seconds: Option<f64>,
+    /// How many transaction ids old the horizon it holds is.
+    pub xids: i64,
+    /// What else identifies it: state and application name, a prepared transaction's gid, a
+    /// slot's name.
+    pub detail: String,
+}
 
 /// One sample of the backlog (`jobrelay_pending_jobs`, `jobrelay_oldest_pending_age_seconds`,
 /// `jobrelay_oldest_claimable_age_seconds`, `jobrelay_dead_jobs`). No log line: one every 5 s.

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::Event;
 use crate::error::{Error, ErrorClass, Reason};
 use crate::job::Outcome;
-use crate::relay::report::Report;
+use crate::report::Report;
 use crate::telemetry::{metrics, redact};
 
 /// Failed jobs by kind and reason: the labels of `jobrelay_job_failures_total`.

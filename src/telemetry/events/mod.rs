@@ -22,7 +22,10 @@ pub mod dependency;
 #[cfg(all(test, feature = "daemon"))]
 mod tests;
 
-pub use self::backlog::{BacklogSampled, XminHorizonHeld, XminHorizonMovedOn, XminHorizonSampled};
+pub use self::backlog::{
+    BacklogSampled, Horizon, XminHorizonHeld, XminHorizonMovedOn, XminHorizonSampled,
+    HORIZON_WARN_AFTER,
+};
 pub use self::batch::{
     BatchAnswered, BatchCommitted, BatchSettledApart, Failures, JobAnswered, LateJob,
     LateJobsRepaired, OversizeRowsDeadLettered, PushFailed, RowsDeadLettered,

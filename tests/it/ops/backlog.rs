@@ -5,6 +5,7 @@
 use super::*;
 use jobrelay::relay::backlog::Backlog;
 use jobrelay::relay::queries::{self, Queries};
+use jobrelay::sink::ClaimNeeds;
 use jobrelay::{LayoutKind, TableName};
 use sqlx::Connection as _;
 
@@ -25,7 +26,8 @@ async fn insert_aged(pool: &PgPool, hours: i32, available_in: &str, run_in: &str
 /// [`Queries::oldest_claimable`] for `layout` from the lowest id, as the probe runs it; 0 when
 /// no row is claimable.
 async fn claimable_age(pool: &PgPool, layout: LayoutKind) -> f64 {
-    let sql = Queries::for_layout(&TableName::default(), layout).oldest_claimable;
+    let needs = layout.layout().claim_needs();
+    let sql = Queries::for_needs(&TableName::default(), needs).oldest_claimable;
     let mut conn = pool.acquire().await.unwrap();
     let mut tx = conn.begin_with(queries::BEGIN).await.unwrap();
     let found: Option<(i64, f64)> = sqlx::query_as(&sql)
@@ -70,7 +72,7 @@ async fn the_claimable_age_leaves_out_parked_rows_and_celery_rows_not_due(pool: 
 async fn the_claimable_age_looks_from_its_mark_and_catches_up_below_it(pool: PgPool) {
     let parked = insert_aged(&pool, 3, "1 hour", "NULL").await;
     insert_aged(&pool, 1, "0 seconds", "NULL").await;
-    let mut backlog = Backlog::new(&TableName::default(), LayoutKind::Jobrelay)
+    let mut backlog = Backlog::new(&TableName::default(), ClaimNeeds::default())
         .catch_up_every(Duration::from_secs(3600));
     // The first sample is a catch-up; the mark moves to the claimable row.
     let age = backlog

@@ -311,6 +311,7 @@ async fn a_read_only_postgres_is_named_and_logged_once(pool: PgPool) {
 /// The probe, one round at a time, driven directly: each dependency's finding names why.
 #[sqlx::test]
 async fn the_probe_reports_each_dependency_in_one_round(pool: PgPool) {
+    use jobrelay::broker::redis_probe::RedisProbe;
     use jobrelay::error::Reason;
     use jobrelay::relay::probe::Probe;
     use jobrelay::TableName;
@@ -318,10 +319,11 @@ async fn the_probe_reports_each_dependency_in_one_round(pool: PgPool) {
     let table = TableName::default();
     let timeout = Duration::from_secs(2);
     let redis = redis::Client::open(ns.url.as_str()).unwrap();
-    let mut probe = Probe::new(pool.clone(), redis, &table, &ns.prefix, timeout);
+    let redis = RedisProbe::new(redis, &ns.prefix, timeout);
+    let mut probe = Probe::new(pool.clone(), &table, timeout, redis);
     let found = probe.run_once().await;
     assert!(matches!(found.postgres, Ok(true)), "{:?}", found.postgres);
-    assert!(found.redis.is_ok(), "{:?}", found.redis);
+    assert!(found.endpoint.is_ok(), "{:?}", found.endpoint);
     assert_eq!(
         ns.keys().await,
         ["jobrelay:probe"],
@@ -340,11 +342,12 @@ async fn the_probe_reports_each_dependency_in_one_round(pool: PgPool) {
     );
 
     let nowhere = redis::Client::open(format!("redis://127.0.0.1:{}", free_port())).unwrap();
-    let mut probe = Probe::new(pool, nowhere, &table, &ns.prefix, timeout);
+    let nowhere = RedisProbe::new(nowhere, &ns.prefix, timeout);
+    let mut probe = Probe::new(pool, &table, timeout, nowhere);
     let e = probe
         .run_once()
         .await
-        .redis
+        .endpoint
         .expect_err("nothing listens there");
     assert_eq!(e.reason(), Reason::Refused, "{e}");
 }

@@ -44,9 +44,9 @@ fn hand_back_args() -> String {
 
 fn cases() -> Vec<Case> {
     let table = TableName::default();
-    let plain = Queries::for_layout(&table, LayoutKind::Jobrelay);
-    let conveyor = Queries::for_layout(&table, LayoutKind::Conveyor);
-    let celery = Queries::for_layout(&table, LayoutKind::Celery);
+    let plain = Queries::for_needs(&table, LayoutKind::Jobrelay.layout().claim_needs());
+    let conveyor = Queries::for_needs(&table, LayoutKind::Conveyor.layout().claim_needs());
+    let celery = Queries::for_needs(&table, LayoutKind::Celery.layout().claim_needs());
     let [_insert, fast_claim, fast_delete] = jobrelay::producer::statements(&table);
     let [status_pending, status_dead] = jobrelay::admin::status::statements(&table);
     let claim = |name, sql: &str, args: &str| Case {

@@ -66,7 +66,7 @@ async fn send_a_batch(ns: &Namespace) -> (MultiplexedConnection, [Job; 3], f64, 
     assert!(matches!(results[3], Ok(Outcome::Duplicate)), "{results:?}");
     match &results[4] {
         Err(Error::Unfit { layout, reason, .. }) => {
-            assert_eq!(*layout, LayoutKind::Sidekiq);
+            assert_eq!(*layout, LayoutKind::Sidekiq.as_str());
             assert!(reason.0.contains("no flows"), "{reason}");
         }
         other => panic!("{other:?}"),

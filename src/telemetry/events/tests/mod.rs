@@ -13,9 +13,9 @@ use uuid::Uuid;
 use super::*;
 use crate::error::{Dependency, Error, ErrorClass, Reason};
 use crate::job::Outcome;
-use crate::relay::probe::Horizon;
-use crate::relay::report::Report;
+use crate::report::Report;
 use crate::table::TableName;
+use crate::telemetry::events::Horizon;
 
 /// What one event wrote: its log lines (JSON) and the series it set, by name and labels.
 struct Emitted {

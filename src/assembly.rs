@@ -1,5 +1,8 @@
-//! The daemon's relay, assembled in one call: the probe, one Redis connection and sink per
-//! worker, the workers, the notification listener and the wake-up lock.
+//! The daemon's relay, assembled in one call: the relay's claim loop ([`crate::relay`]) with
+//! the broker's Redis sinks and probe ([`crate::broker`]) plugged into its seam
+//! ([`crate::sink`]): the probe, one Redis connection and sink per worker, the layout's
+//! housekeeping, the workers, the notification listener and the wake-up lock. The relay never
+//! builds its sinks; this module is the one place that names both sides.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,13 +11,15 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::health::{Dependency, Health};
-use super::{probe, supervise, RelaySettings};
 use crate::backoff::Backoff;
 use crate::broker::connection::{self, RedisConnection, RedisEndpoint};
 use crate::broker::enqueue::Enqueuer;
+use crate::broker::redis_probe::RedisProbe;
 use crate::broker::redis_sink::RedisSink;
+use crate::broker::repair;
 use crate::broker::safety::RedisSafety;
+use crate::relay::health::{Dependency, Health};
+use crate::relay::{probe, supervise, RelaySettings, Wakeup};
 
 /// What the daemon's relay is made of.
 #[derive(Debug, Clone)]
@@ -26,7 +31,7 @@ pub struct Assembly {
     /// The relay's Postgres pool: the workers' and the probe's connections.
     pub pool: PgPool,
     /// The listener and the wake-up lock (connections of their own).
-    pub wakeup: super::Wakeup,
+    pub wakeup: Wakeup,
     /// The Redis server, Sentinel group or Cluster.
     pub redis: RedisEndpoint,
     /// The layout, namespace, marker TTL and size limits.
@@ -48,14 +53,15 @@ impl Assembly {
         health: Arc<Health>,
         shutdown: CancellationToken,
     ) {
-        let (pool, client, table) = (
-            self.pool.clone(),
+        let (pool, table) = (self.pool.clone(), self.settings.table.clone());
+        let redis_probe = RedisProbe::new(
             self.redis.clone(),
-            self.settings.table.clone(),
-        );
-        let namespace = self.enqueuer.namespace().to_owned();
-        let (h, stop, safety) = (health.clone(), shutdown.clone(), self.safety);
-        let layout = self.enqueuer.layout();
+            self.enqueuer.namespace(),
+            probe::PROBE_INTERVAL,
+        )
+        .with_safety(self.safety);
+        let (h, stop) = (health.clone(), shutdown.clone());
+        let needs = self.enqueuer.claim_needs();
         tracker.spawn(supervise::supervised(
             "probe",
             health.clone(),
@@ -63,13 +69,11 @@ impl Assembly {
             move || {
                 let probe = probe::Probe::new(
                     pool.clone(),
-                    client.clone(),
                     &table,
-                    &namespace,
                     probe::PROBE_INTERVAL,
-                )
-                .with_safety(safety);
-                probe::probe(probe, table.clone(), layout, h.clone(), stop.clone())
+                    redis_probe.clone(),
+                );
+                probe::probe(probe, table.clone(), needs, h.clone(), stop.clone())
             },
         ));
         if self.enqueuer.needs_repair() {
@@ -83,7 +87,7 @@ impl Assembly {
                 "repair",
                 health.clone(),
                 shutdown.clone(),
-                move || super::repair::repair(e.clone(), c.clone(), t, stop.clone()),
+                move || repair::repair(e.clone(), c.clone(), t, stop.clone()),
             ));
         }
         let mut sinks = Vec::with_capacity(self.workers);
@@ -98,7 +102,7 @@ impl Assembly {
                     .with_safety(self.safety),
             );
         }
-        super::spawn_with(
+        crate::relay::spawn_with(
             tracker,
             &self.settings,
             &self.wakeup,

@@ -139,7 +139,7 @@ impl WakeupLock {
     }
 
     /// In a layout that holds rows until their `run_at` is due
-    /// ([`crate::broker::layout::Layout::holds_until_due`]), counts only due rows as ready, as
+    /// ([`crate::sink::ClaimNeeds::holds_until_due`]), counts only due rows as ready, as
     /// the claim does: otherwise a row whose `run_at` is ahead would wake the workers every
     /// millisecond while they are awake, each time for a claim that takes nothing (measured:
     /// 170-200 empty claims after one such row came in).

@@ -17,7 +17,7 @@ pub struct Report {
     /// The batch stopped at a limit (`--batch-size` rows or `--batch-max-bytes`): more rows
     /// may be waiting, claim again at once.
     pub more: bool,
-    /// The highest id claimed (where the relay's claims go on, [`super::cursor`]).
+    /// The highest id claimed (where the relay's claims go on: its claim cursor).
     pub last_id: Option<i64>,
     /// Jobs per outcome, indexed like [`Outcome::ALL`].
     pub outcomes: [u64; Outcome::ALL.len()],

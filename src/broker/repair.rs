@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
+use crate::broker::connection::{self, RedisConnection, RedisEndpoint};
 use crate::broker::enqueue::Enqueuer;
 use crate::telemetry::events::{self, Event as _};
 
@@ -22,7 +23,7 @@ pub const REPAIR_LIMIT: usize = 100;
 /// call hit its limit). Failures back off quietly: the workers report Redis outages.
 pub async fn repair(
     enqueuer: Enqueuer,
-    client: crate::broker::connection::RedisEndpoint,
+    client: RedisEndpoint,
     timeout: Duration,
     shutdown: CancellationToken,
 ) {
@@ -55,13 +56,13 @@ pub async fn repair(
 /// One call, on `con` (connected first if `None`).
 async fn step(
     enqueuer: &Enqueuer,
-    client: &crate::broker::connection::RedisEndpoint,
-    con: &mut Option<crate::broker::connection::RedisConnection>,
+    client: &RedisEndpoint,
+    con: &mut Option<RedisConnection>,
     timeout: Duration,
-) -> crate::Result<u64> {
+) -> crate::error::Result<u64> {
     let con = match con {
         Some(c) => c,
-        None => con.insert(crate::broker::connection::connect(client, timeout).await?),
+        None => con.insert(connection::connect(client, timeout).await?),
     };
     crate::error::within(
         crate::error::Dependency::Redis,
