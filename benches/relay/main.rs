@@ -34,9 +34,9 @@
 //! default `postgres://postgres@127.0.0.1:5432/postgres`, dropped at the end) and a Redis
 //! namespace of its own (`bench<random>:` on `REDIS_URL`, deleted at the end, and on SIGINT or
 //! SIGTERM). `BENCH_WORKERS` and `BENCH_BATCH_SIZE` override the relay defaults;
-//! `BENCH_LAYOUT=conveyor` (or `sidekiq`, `celery`, `bullmq`, `rq`) runs the relay in that
-//! layout (default `jobrelay`); in the sidekiq, celery and rq layouts every payload is a JSON
-//! array of the same size (the job's `args`), and so in the bullmq layout (the job's `data`).
+//! `BENCH_LAYOUT=<layout>` (any `--layout` name) runs the relay in that layout (default
+//! `jobrelay`); where the layout's payloads are a job's arguments (`Payload::JsonArgs`) every
+//! payload is a JSON array of the same size.
 //!
 //! One file per stage: `drain.rs`, `stages.rs`, `naive.rs`, `latency.rs` (with the consumer of
 //! `consumer.rs`) and `notify_cost.rs`; the relay they run is `relay.rs`, the rows `rows.rs`,

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use jobrelay::broker::layout::Payload;
 use jobrelay::{Enqueuer, LayoutKind};
 
 use super::support::sandbox::Sandbox;
@@ -11,8 +12,8 @@ use super::BoxError;
 pub const QUEUES: usize = 8;
 pub const PAYLOAD_BYTES: usize = 200;
 
-/// Row `i`'s payload: `PAYLOAD_BYTES` bytes, a JSON array in the sidekiq layout (Sidekiq's
-/// `args`: `[{"thing_id":i,"pad":"xx..."}]`), else `{"thing_id":i,"pad":"xx...` cut off.
+/// Row `i`'s payload: `PAYLOAD_BYTES` bytes, a JSON array in a layout whose payloads are
+/// arguments (`[{"thing_id":i,"pad":"xx..."}]`), else `{"thing_id":i,"pad":"xx...` cut off.
 fn payload(layout: LayoutKind, i: usize) -> Vec<u8> {
     let (head, tail) = if takes_args(layout) {
         (format!("[{{\"thing_id\":{i},\"pad\":\""), "\"}]")
@@ -26,13 +27,9 @@ fn payload(layout: LayoutKind, i: usize) -> Vec<u8> {
     p
 }
 
-/// Whether the layout's payloads are a job's `args`, a JSON array (sidekiq, celery, rq), or must
-/// be JSON anyway (bullmq's `data`: the same arrays).
+/// Whether the layout's payloads are a JSON array of the job's arguments, as the layout says.
 fn takes_args(layout: LayoutKind) -> bool {
-    matches!(
-        layout,
-        LayoutKind::Sidekiq | LayoutKind::Celery | LayoutKind::Bullmq | LayoutKind::Rq
-    )
+    layout.layout().payload() == Payload::JsonArgs
 }
 
 /// The SQL literal of a one-row insert's payload: `[]` (empty `args`) where the layout takes

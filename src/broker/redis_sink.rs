@@ -159,31 +159,86 @@ impl RedisSink {
         }
     }
 
-    /// Pushes `jobs[i]` for each `i` in `suspects` alone, before `deadline`, into `results`.
-    /// Stops at an outage: the jobs not pushed by then are left as they were.
+    /// The enqueue step: one script call per chunk of `jobs`, each bounded by `deadline`. A
+    /// first call that failed because of the request (Redis still answers) is no outage: its
+    /// jobs come back unacknowledged, for the isolation step, instead of failing the push
+    /// (the second value: the request is known to be at fault).
+    async fn enqueue(
+        &self,
+        con: &mut RedisConnection,
+        jobs: &[Job],
+        deadline: Instant,
+    ) -> Result<(Vec<JobResult>, bool)> {
+        match self.enqueue_until(con, jobs, deadline).await {
+            Ok(results) => Ok((results, false)),
+            Err(e) if self.request_at_fault(con, e.reason()).await => {
+                let (reason, message) = (e.reason(), e.to_string());
+                let results = jobs
+                    .iter()
+                    .map(|job| {
+                        Err(Error::Unacknowledged {
+                            uuid: job.uuid,
+                            reason,
+                            message: message.clone(),
+                        })
+                    })
+                    .collect();
+                Ok((results, true))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The enqueuer's calls for `jobs`, each answered by `deadline` or failed as a timeout.
+    async fn enqueue_until(
+        &self,
+        con: &mut RedisConnection,
+        jobs: &[Job],
+        deadline: Instant,
+    ) -> Result<Vec<JobResult>> {
+        self.enqueuer
+            .enqueue_validated_until(con, jobs, Some((deadline, self.push_timeout)))
+            .await
+    }
+
+    /// The isolation step: when jobs came back unacknowledged for a reason that points at the
+    /// request rather than Redis (an error about the request, a connection closed on it while
+    /// Redis still answers a `PING`; `at_fault`: already known), each is pushed alone, before
+    /// `deadline`, so that the job at fault fails alone ([`Error::Refused`]) and the others go
+    /// through. Stops at an outage: the jobs not pushed by then stay unacknowledged.
     async fn isolate(
         &self,
         con: &mut RedisConnection,
         jobs: &[Job],
-        suspects: &[usize],
         results: &mut [JobResult],
+        at_fault: bool,
         deadline: Instant,
     ) {
+        let suspects: Vec<usize> = (0..jobs.len())
+            .filter(|&i| {
+                matches!(&results[i], Err(Error::Unacknowledged { reason, .. })
+                    if matches!(reason, Reason::Other | Reason::Unreachable))
+            })
+            .collect();
+        let Some(&first) = suspects.first() else {
+            return;
+        };
+        let reason = match &results[first] {
+            Err(e) => e.reason(),
+            Ok(_) => Reason::Other,
+        };
+        if !at_fault && !self.request_at_fault(con, reason).await {
+            return;
+        }
         tracing::warn!(
             jobs = suspects.len(),
             "redis refused a push or closed the connection on it; pushing its jobs one by one"
         );
-        for &i in suspects {
+        for i in suspects {
             let job = std::slice::from_ref(&jobs[i]);
-            let one = tokio::time::timeout_at(
-                deadline,
-                self.enqueuer.enqueue_validated_until(con, job, None),
-            )
-            .await;
-            let result = match one {
-                Err(_) => return,
-                Ok(Ok(mut r)) => r.pop().expect("one result per job"),
-                Ok(Err(e)) if self.request_at_fault(con, e.reason()).await => {
+            results[i] = match self.enqueue_until(con, job, deadline).await {
+                Ok(mut r) => r.pop().expect("one result per job"),
+                Err(e) if self.request_at_fault(con, e.reason()).await => {
                     let size = jobs[i].payload.len();
                     Err(Error::Refused {
                         uuid: jobs[i].uuid,
@@ -197,11 +252,25 @@ impl RedisSink {
                         },
                     })
                 }
-                Ok(Err(_)) => return,
+                Err(_) => return,
             };
-            results[i] = result;
         }
     }
+}
+
+/// The last step: a push of which Redis acknowledged nothing (every result a failure that keeps
+/// its row) fails as a whole, with the first job's error.
+fn acknowledged_or_failed(results: Vec<JobResult>) -> Result<Vec<JobResult>> {
+    if results
+        .iter()
+        .all(|r| matches!(r, Err(e) if e.class().keeps_rows()))
+    {
+        if let Some(Err(e)) = results.into_iter().next() {
+            return Err(e);
+        }
+        return Ok(Vec::new());
+    }
+    Ok(results)
 }
 
 impl JobSink for RedisSink {
@@ -209,65 +278,19 @@ impl JobSink for RedisSink {
         self.enqueuer.claim_needs()
     }
 
+    /// Claim to Redis in five steps: the eviction check, one enqueue call per chunk, the
+    /// isolation of the jobs Redis refused as a request, the replicas' acknowledgement, and
+    /// the verdict. Each script call is bounded, not the push as a whole: calls Redis answered
+    /// before the deadline keep their outcomes and are committed (an acknowledged push is never
+    /// rolled back), and only the rest are kept for the next batch.
     async fn push(&self, jobs: &[Job]) -> Result<Vec<JobResult>> {
         let deadline = Instant::now() + self.push_timeout;
         let mut con = self.con.clone();
         self.check_eviction(&mut con, deadline).await?;
-        // Each script call is bounded, not the push as a whole: calls Redis answered before the
-        // deadline keep their outcomes and are committed (an acknowledged push is never rolled
-        // back), and only the rest are kept for the next batch.
-        let first = self
-            .enqueuer
-            .enqueue_validated_until(&mut con, jobs, Some((deadline, self.push_timeout)))
+        let (mut results, at_fault) = self.enqueue(&mut con, jobs, deadline).await?;
+        self.isolate(&mut con, jobs, &mut results, at_fault, deadline)
             .await;
-        let (mut results, at_fault) = match first {
-            Ok(results) => (results, false),
-            Err(e) if self.request_at_fault(&mut con, e.reason()).await => {
-                let (reason, message) = (e.reason(), e.to_string());
-                let results = jobs
-                    .iter()
-                    .map(|job| {
-                        Err(Error::Unacknowledged {
-                            uuid: job.uuid,
-                            reason,
-                            message: message.clone(),
-                        })
-                    })
-                    .collect();
-                (results, true)
-            }
-            Err(e) => return Err(e),
-        };
-        // Jobs whose call failed for a reason that points at the request rather than Redis.
-        let mut suspects = Vec::new();
-        for (i, r) in results.iter().enumerate() {
-            if let Err(Error::Unacknowledged { reason, .. }) = r {
-                if matches!(reason, Reason::Other | Reason::Unreachable) {
-                    suspects.push(i);
-                }
-            }
-        }
-        if !suspects.is_empty() {
-            let reason = match &results[suspects[0]] {
-                Err(e) => e.reason(),
-                Ok(_) => Reason::Other,
-            };
-            if at_fault || self.request_at_fault(&mut con, reason).await {
-                self.isolate(&mut con, jobs, &suspects, &mut results, deadline)
-                    .await;
-            }
-        }
         self.wait_replicas(&mut con, jobs, &mut results).await;
-        if results
-            .iter()
-            .all(|r| matches!(r, Err(e) if e.class().keeps_rows()))
-        {
-            // Nothing acknowledged after all: fail the push as a whole.
-            if let Some(Err(e)) = results.into_iter().next() {
-                return Err(e);
-            }
-            return Ok(Vec::new());
-        }
-        Ok(results)
+        acknowledged_or_failed(results)
     }
 }

@@ -82,15 +82,13 @@ pub struct Flags {
     /// Outbox table, `name` or `schema.name` [env: JOBRELAY_TABLE] [default: pending_jobs]
     #[arg(long, global = true, help_heading = CONNECTION, value_name = "TABLE")]
     pub table: Option<String>,
-    /// Prefix of every Redis key, e.g. `app1:` [env: JOBRELAY_NAMESPACE] [default: empty;
-    /// `bull:` with --layout bullmq]
-    #[arg(long, global = true, help_heading = CONNECTION, value_name = "PREFIX")]
+    /// Prefix of every Redis key (the help names each layout's default)
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "PREFIX",
+          help = namespace_help())]
     pub namespace: Option<String>,
-    /// Redis layout: `jobrelay`, `conveyor` for the Go job runner conveyor, `sidekiq` for the
-    /// Ruby job runner Sidekiq, `celery` for Celery 5 on its Redis broker, `bullmq` for the
-    /// Node.js job runner BullMQ, or `rq` for the Python job runner RQ 2.x
-    /// [env: JOBRELAY_LAYOUT] [default: jobrelay]
-    #[arg(long, global = true, help_heading = CONNECTION, value_name = "LAYOUT")]
+    /// Redis layout (the help lists `LayoutKind::ALL`)
+    #[arg(long, global = true, help_heading = CONNECTION, value_name = "LAYOUT",
+          help = layout_help())]
     pub layout: Option<String>,
     /// Rows claimed per transaction [env: JOBRELAY_BATCH_SIZE] [default: 1000]
     #[arg(long, global = true, help_heading = RELAY, value_name = "N")]
@@ -222,4 +220,34 @@ pub struct Selection {
     /// Every row.
     #[arg(long)]
     pub all: bool,
+}
+
+/// `--namespace`'s help: empty by default, or the layout's own (`Layout::default_namespace`).
+fn namespace_help() -> String {
+    let own: Vec<String> = crate::broker::layout::LayoutKind::ALL
+        .iter()
+        .map(|k| (k, k.layout().default_namespace()))
+        .filter(|(_, ns)| !ns.is_empty())
+        .map(|(k, ns)| format!("`{ns}` with --layout {k}"))
+        .collect();
+    let mut default = "empty".to_owned();
+    if !own.is_empty() {
+        default = format!("{default}; {}", own.join(", "));
+    }
+    format!(
+        "Prefix of every Redis key, e.g. `app1:` [env: JOBRELAY_NAMESPACE] [default: {default}]"
+    )
+}
+
+/// `--layout`'s help, listing the layouts as `LayoutKind::ALL` has them.
+fn layout_help() -> String {
+    let names: Vec<&str> = crate::broker::layout::LayoutKind::ALL
+        .iter()
+        .map(|k| k.as_str())
+        .collect();
+    format!(
+        "Redis layout, the runner whose workers read the jobs: {} \
+         [env: JOBRELAY_LAYOUT] [default: jobrelay]",
+        names.join(", ")
+    )
 }

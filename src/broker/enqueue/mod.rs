@@ -7,6 +7,7 @@
 //! leaves no trace and its retry is not mistaken for a duplicate.
 
 mod call;
+mod chunks;
 
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use self::call::Call;
+use self::chunks::Chunks;
 use crate::broker::layout::{Layout, LayoutKind};
 use crate::defaults::{DEFAULT_BATCH_MAX_BYTES, DEFAULT_MAX_JOB_SIZE};
 use crate::error::{Error, Result};
@@ -25,7 +27,7 @@ pub const MAX_JOBS_PER_CALL: usize = 1000;
 
 /// Whether the enqueuer validates each job ([`Job::validate`]) before it marshals it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Checks {
+pub(super) enum Checks {
     /// Every public entry point: the caller's jobs may be anything.
     Validate,
     /// The relay's jobs, validated once as their rows became jobs.
@@ -202,6 +204,9 @@ impl Enqueuer {
             .await
     }
 
+    /// The enqueue path: the jobs go out in chunks ([`Chunks`]: marshalled, checked, at most
+    /// [`MAX_JOBS_PER_CALL`] jobs and the byte limit each), one atomic call per chunk, each
+    /// bounded by `deadline`; each answer gives its jobs their results.
     async fn enqueue_checked<C: ConnectionLike + Send>(
         &self,
         con: &mut C,
@@ -211,53 +216,16 @@ impl Enqueuer {
     ) -> Result<Vec<JobResult>> {
         let mut results: Vec<Option<JobResult>> = Vec::with_capacity(jobs.len());
         results.resize_with(jobs.len(), || None);
-        let order = if self.layout.claim_needs().flows_in_order {
-            dependents_first(jobs)
-        } else {
-            (0..jobs.len()).collect()
-        };
-        // Indexes (into `jobs`) of the jobs in the current call, and the call's size.
-        let mut sent: Vec<usize> = Vec::with_capacity(jobs.len().min(MAX_JOBS_PER_CALL));
-        let mut call_bytes = 0;
+        let mut chunks = Chunks::new(self, jobs, checks);
         let mut acknowledged = false;
-        let mut call = self.new_call();
-        let mut buf = Vec::new();
-        // The key and route arguments are built in this one buffer, which the invocation
-        // copies from: no `String` of its own for each key or route.
-        let mut scratch = String::new();
-        for i in order {
-            let job = &jobs[i];
-            buf.clear();
-            if let Err(e) = self.marshal_checked(job, &mut buf, checks) {
-                results[i] = Some(Err(e));
-                continue;
-            }
-            let size = buf.len() + self.layout.args_overhead(&self.namespace, job, buf.len());
-            if !sent.is_empty()
-                && (sent.len() == MAX_JOBS_PER_CALL || call_bytes + size > self.max_call_bytes)
-            {
-                let answer = self
-                    .call_until(con, &call, &sent, jobs, &mut results, deadline)
-                    .await;
-                if let Err(e) = answer {
-                    return unacknowledged_from(e, acknowledged, &sent, jobs, results);
-                }
-                acknowledged = true;
-                sent.clear();
-                call_bytes = 0;
-                call = self.new_call();
-            }
-            call.push(job, &buf, &mut scratch);
-            sent.push(i);
-            call_bytes += size;
-        }
-        if !sent.is_empty() {
+        while let Some(chunk) = chunks.next(&mut results) {
             let answer = self
-                .call_until(con, &call, &sent, jobs, &mut results, deadline)
+                .call_until(con, &chunk.call, &chunk.sent, jobs, &mut results, deadline)
                 .await;
             if let Err(e) = answer {
-                return unacknowledged_from(e, acknowledged, &sent, jobs, results);
+                return unacknowledged_from(e, acknowledged, &chunk.sent, jobs, results);
             }
+            acknowledged = true;
         }
         Ok(results
             .into_iter()
@@ -277,38 +245,6 @@ impl Enqueuer {
         let deadline = tokio::time::Instant::now() + timeout;
         self.enqueue_batch_until(con, jobs, Some((deadline, timeout)))
             .await
-    }
-
-    /// Validates (unless `checks` says it is) and marshals `job` into `buf`, refusing one the
-    /// layout cannot express or over the size limit.
-    fn marshal_checked(&self, job: &Job, buf: &mut Vec<u8>, checks: Checks) -> Result<()> {
-        if checks == Checks::Validate {
-            job.validate()?;
-        }
-        self.layout
-            .encode(job, buf)
-            .map_err(|reason| Error::Unfit {
-                uuid: job.uuid,
-                layout: self.layout.name(),
-                reason,
-            })?;
-        if buf.len() > self.max_job_bytes {
-            return Err(Error::TooLarge {
-                uuid: job.uuid,
-                size: buf.len(),
-                max: self.max_job_bytes,
-            });
-        }
-        Ok(())
-    }
-
-    fn new_call(&self) -> Call<'_> {
-        Call::new(
-            self.layout,
-            &self.script,
-            &self.namespace,
-            self.dedup_ttl_ms,
-        )
     }
 
     async fn call_until<C: ConnectionLike + Send>(
@@ -403,56 +339,6 @@ fn refused(job: &Job, message: String) -> Error {
         message,
     }
 }
-
-/// Indexes of `jobs` in an order where every job comes before the job it names as its parent
-/// or predecessor, when both are among `jobs` (otherwise in the order given): should the batch
-/// be split over several script calls, a child never reaches Redis after its parent, which
-/// could have finished meanwhile. Chains deeper than [`MAX_FLOW_DEPTH`], and cycles, keep the
-/// order reached by then.
-fn dependents_first(jobs: &[Job]) -> Vec<usize> {
-    use std::collections::HashMap;
-    if !jobs
-        .iter()
-        .any(|j| j.parent_uuid.is_some() || j.predecessor_uuid.is_some())
-    {
-        // Nothing names anything: the order given (the common batch pays no map).
-        return (0..jobs.len()).collect();
-    }
-    let position: HashMap<uuid::Uuid, usize> =
-        jobs.iter().enumerate().map(|(i, j)| (j.uuid, i)).collect();
-    let anchors: Vec<(usize, usize)> = jobs
-        .iter()
-        .enumerate()
-        .flat_map(|(i, j)| {
-            [j.parent_uuid, j.predecessor_uuid]
-                .into_iter()
-                .flatten()
-                .filter_map(|a| position.get(&a).copied())
-                .filter(move |&a| a != i)
-                .map(move |a| (i, a))
-        })
-        .collect();
-    // level(anchor) > level(dependent); dependents first.
-    let mut level = vec![0usize; jobs.len()];
-    for _ in 0..MAX_FLOW_DEPTH {
-        let mut changed = false;
-        for &(dependent, anchor) in &anchors {
-            if level[anchor] <= level[dependent] {
-                level[anchor] = level[dependent] + 1;
-                changed = true;
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
-    let mut order: Vec<usize> = (0..jobs.len()).collect();
-    order.sort_by_key(|&i| level[i]);
-    order
-}
-
-/// How deep a chain of parents and predecessors within one batch [`dependents_first`] orders.
-const MAX_FLOW_DEPTH: usize = 64;
 
 #[cfg(test)]
 mod tests;

@@ -1,3 +1,4 @@
+use super::chunks::dependents_first;
 use super::*;
 use chrono::Utc;
 use std::collections::BTreeMap;

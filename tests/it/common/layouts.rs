@@ -93,7 +93,9 @@ impl TestLayout {
 }
 
 /// Defines, for a suite `async fn name(pool: PgPool, layout: TestLayout)`, a module `name` with
-/// one `#[sqlx::test]` per layout (`name::jobrelay`, ...).
+/// one `#[sqlx::test]` per layout (`name::jobrelay`, ...): every layout of `LayoutKind::ALL`
+/// (a new layout's variant fails to compile in [`TestLayout`]'s matches until it has its arm
+/// here too).
 macro_rules! per_layout {
     ($suite:ident) => {
         mod $suite {
@@ -102,6 +104,11 @@ macro_rules! per_layout {
             #[sqlx::test]
             async fn jobrelay(pool: PgPool) {
                 super::$suite(pool, TestLayout(jobrelay::LayoutKind::Jobrelay)).await
+            }
+
+            #[sqlx::test]
+            async fn conveyor(pool: PgPool) {
+                super::$suite(pool, TestLayout(jobrelay::LayoutKind::Conveyor)).await
             }
 
             #[sqlx::test]

@@ -1,0 +1,176 @@
+//! The jobs of one enqueue, in chunks: each job validated (unless the relay did), marshalled in
+//! the layout's wire format and checked against the size limit, then added to the call being
+//! filled, which is handed out once it holds [`MAX_JOBS_PER_CALL`] jobs or the next job would
+//! take it over the byte limit. Lazily: a chunk is built only once the call before it was
+//! answered, so a failed call leaves the jobs behind it unmarshalled (and unacknowledged).
+
+use super::call::Call;
+use super::{Checks, Enqueuer, JobResult, MAX_JOBS_PER_CALL};
+use crate::error::{Error, Result};
+use crate::job::Job;
+
+/// One call's worth of jobs: the call, and the indexes (into the jobs) of those it carries.
+pub(super) struct Chunk<'a> {
+    pub(super) call: Call<'a>,
+    pub(super) sent: Vec<usize>,
+}
+
+/// The chunks of one enqueue, in order.
+pub(super) struct Chunks<'a> {
+    enqueuer: &'a Enqueuer,
+    jobs: &'a [Job],
+    checks: Checks,
+    /// The jobs' indexes in the order they go out ([`dependents_first`] for a layout that
+    /// keeps flows in order).
+    order: std::vec::IntoIter<usize>,
+    /// A job marshalled into `buf` that did not fit the chunk handed out last: the next
+    /// chunk's first.
+    carried: Option<(usize, usize)>,
+    buf: Vec<u8>,
+    /// The key and route arguments are built in this one buffer, which the invocation copies
+    /// from: no `String` of its own for each key or route.
+    scratch: String,
+}
+
+impl<'a> Chunks<'a> {
+    pub(super) fn new(enqueuer: &'a Enqueuer, jobs: &'a [Job], checks: Checks) -> Self {
+        let order = if enqueuer.layout.claim_needs().flows_in_order {
+            dependents_first(jobs)
+        } else {
+            (0..jobs.len()).collect()
+        };
+        Chunks {
+            enqueuer,
+            jobs,
+            checks,
+            order: order.into_iter(),
+            carried: None,
+            buf: Vec::new(),
+            scratch: String::new(),
+        }
+    }
+
+    /// The next chunk, or `None` when every job went out or was refused. A job refused before
+    /// it is sent (invalid, unfit for the layout, too large) gets its result in `results`.
+    pub(super) fn next(&mut self, results: &mut [Option<JobResult>]) -> Option<Chunk<'a>> {
+        let e = self.enqueuer;
+        let mut chunk = Chunk {
+            call: e.new_call(),
+            sent: Vec::with_capacity(self.jobs.len().min(MAX_JOBS_PER_CALL)),
+        };
+        let mut call_bytes = 0;
+        if let Some((i, size)) = self.carried.take() {
+            chunk.call.push(&self.jobs[i], &self.buf, &mut self.scratch);
+            chunk.sent.push(i);
+            call_bytes = size;
+        }
+        for i in self.order.by_ref() {
+            let job = &self.jobs[i];
+            self.buf.clear();
+            if let Err(err) = e.marshal_checked(job, &mut self.buf, self.checks) {
+                results[i] = Some(Err(err));
+                continue;
+            }
+            let size = self.buf.len() + e.layout.args_overhead(&e.namespace, job, self.buf.len());
+            if !chunk.sent.is_empty()
+                && (chunk.sent.len() == MAX_JOBS_PER_CALL || call_bytes + size > e.max_call_bytes)
+            {
+                self.carried = Some((i, size));
+                return Some(chunk);
+            }
+            chunk.call.push(job, &self.buf, &mut self.scratch);
+            chunk.sent.push(i);
+            call_bytes += size;
+        }
+        (!chunk.sent.is_empty()).then_some(chunk)
+    }
+}
+
+impl Enqueuer {
+    /// Validates (unless `checks` says it is) and marshals `job` into `buf`, refusing one the
+    /// layout cannot express or over the size limit.
+    pub(super) fn marshal_checked(
+        &self,
+        job: &Job,
+        buf: &mut Vec<u8>,
+        checks: Checks,
+    ) -> Result<()> {
+        if checks == Checks::Validate {
+            job.validate()?;
+        }
+        self.layout
+            .encode(job, buf)
+            .map_err(|reason| Error::Unfit {
+                uuid: job.uuid,
+                layout: self.layout.name(),
+                reason,
+            })?;
+        if buf.len() > self.max_job_bytes {
+            return Err(Error::TooLarge {
+                uuid: job.uuid,
+                size: buf.len(),
+                max: self.max_job_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    pub(super) fn new_call(&self) -> Call<'_> {
+        Call::new(
+            self.layout,
+            &self.script,
+            &self.namespace,
+            self.dedup_ttl_ms,
+        )
+    }
+}
+
+/// Indexes of `jobs` in an order where every job comes before the job it names as its parent
+/// or predecessor, when both are among `jobs` (otherwise in the order given): should the batch
+/// be split over several script calls, a child never reaches Redis after its parent, which
+/// could have finished meanwhile. Chains deeper than [`MAX_FLOW_DEPTH`], and cycles, keep the
+/// order reached by then.
+pub(super) fn dependents_first(jobs: &[Job]) -> Vec<usize> {
+    use std::collections::HashMap;
+    if !jobs
+        .iter()
+        .any(|j| j.parent_uuid.is_some() || j.predecessor_uuid.is_some())
+    {
+        // Nothing names anything: the order given (the common batch pays no map).
+        return (0..jobs.len()).collect();
+    }
+    let position: HashMap<uuid::Uuid, usize> =
+        jobs.iter().enumerate().map(|(i, j)| (j.uuid, i)).collect();
+    let anchors: Vec<(usize, usize)> = jobs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, j)| {
+            [j.parent_uuid, j.predecessor_uuid]
+                .into_iter()
+                .flatten()
+                .filter_map(|a| position.get(&a).copied())
+                .filter(move |&a| a != i)
+                .map(move |a| (i, a))
+        })
+        .collect();
+    // level(anchor) > level(dependent); dependents first.
+    let mut level = vec![0usize; jobs.len()];
+    for _ in 0..MAX_FLOW_DEPTH {
+        let mut changed = false;
+        for &(dependent, anchor) in &anchors {
+            if level[anchor] <= level[dependent] {
+                level[anchor] = level[dependent] + 1;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&i| level[i]);
+    order
+}
+
+/// How deep a chain of parents and predecessors within one batch [`dependents_first`] orders.
+const MAX_FLOW_DEPTH: usize = 64;
