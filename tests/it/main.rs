@@ -20,7 +20,7 @@
 //! Shared helpers live in `common`. Tests need `DATABASE_URL` (for `#[sqlx::test]`) and the
 //! shared Redis (`REDIS_URL`, default 127.0.0.1:6379); waits are bounded by deadlines.
 //! `#[sqlx::test]` keeps its bookkeeping (the schema `_sqlx_test`) in the database
-//! `DATABASE_URL` names and never drops it: name one of the suite's own (`.ci/run` creates
+//! `DATABASE_URL` names and never drops it: name one of the suite's own (`script/test` creates
 //! `jobrelay_test`), never a database others share.
 
 mod common;

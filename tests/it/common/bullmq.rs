@@ -15,7 +15,7 @@
 //! read back by [`BullmqWorker::runs`]; each event seen (`added`, `waiting`, `delayed`,
 //! `completed`) one line `{"queue", "event", "jobId"}`, read by [`BullmqWorker::events`].
 //! [`BullmqWorker::node`] runs a script with BullMQ importable, e.g. `Queue.add` for a baseline
-//! or `Queue.getJobCounts`. BullMQ comes from `.ci/run` (`/opt/jobrelay-bullmq/node_modules`,
+//! or `Queue.getJobCounts`. BullMQ comes from `script/setup` (`/opt/jobrelay-bullmq/node_modules`,
 //! pinned), or from `JOBRELAY_BULLMQ` (a directory holding `node_modules/bullmq`).
 
 use std::path::PathBuf;
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::{wait_for_records, whole_lines};
 
-/// Where `.ci/run` installs BullMQ.
+/// Where `script/setup` installs BullMQ.
 const DEFAULT_BULLMQ: &str = "/opt/jobrelay-bullmq";
 
 /// The worker program.
@@ -106,7 +106,7 @@ pub fn bullmq_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_BULLMQ));
     assert!(
         p.join("node_modules/bullmq").exists(),
-        "bullmq not found in {}/node_modules (run .ci/run, which installs it, or set \
+        "bullmq not found in {}/node_modules (script/test installs it; or set \
          JOBRELAY_BULLMQ)",
         p.display()
     );

@@ -10,7 +10,7 @@
 //! ```
 //!
 //! read back by [`CeleryWorker::runs`]. [`CeleryWorker::send`] sends tasks with celery's own
-//! client (`apply_async`), e.g. for a baseline. Celery comes from `.ci/run` (a venv at
+//! client (`apply_async`), e.g. for a baseline. Celery comes from `script/setup` (a venv at
 //! `/opt/jobrelay-celery`, pinned), or from `JOBRELAY_CELERY` (the path of a `celery` program
 //! whose directory also holds its `python`).
 
@@ -20,7 +20,7 @@ use std::process::{Child, Command, Stdio};
 use super::{wait_for_records, whole_lines};
 use std::time::{Duration, Instant};
 
-/// Where `.ci/run` installs celery.
+/// Where `script/setup` installs celery.
 const DEFAULT_CELERY: &str = "/opt/jobrelay-celery/bin/celery";
 
 /// The app module. Its tasks take any arguments and record them.
@@ -89,7 +89,7 @@ pub fn celery_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_CELERY));
     assert!(
         p.exists(),
-        "celery not found at {} (run .ci/run, which installs it, or set JOBRELAY_CELERY)",
+        "celery not found at {} (script/test installs it; or set JOBRELAY_CELERY)",
         p.display()
     );
     p

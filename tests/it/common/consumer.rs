@@ -2,7 +2,7 @@
 //! child process, for the jobrelay layout's consumer tests.
 //!
 //! [`ConsumerProcess::start`] runs it against a namespace with `--record`: each job it runs
-//! appends one JSON line ([`Run`]) to a file. Its Python comes from `.ci/run` (a venv at
+//! appends one JSON line ([`Run`]) to a file. Its Python comes from `script/setup` (a venv at
 //! `/opt/jobrelay-consumer` with the pinned redis-py of `examples/consumer/requirements.txt`),
 //! or from `JOBRELAY_CONSUMER_PYTHON`. Killed on drop.
 
@@ -15,7 +15,7 @@ use tokio::process::{Child, Command};
 
 use super::{wait_for_records, whole_lines, Namespace};
 
-/// Where `.ci/run` installs the consumer's Python.
+/// Where `script/setup` installs the consumer's Python.
 const DEFAULT_PYTHON: &str = "/opt/jobrelay-consumer/bin/python";
 
 /// One job the consumer ran.
@@ -41,7 +41,7 @@ pub fn python() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_PYTHON));
     assert!(
         p.exists(),
-        "no Python with redis-py at {} (run .ci/run, which installs it, or set \
+        "no Python with redis-py at {} (script/test installs it; or set \
          JOBRELAY_CONSUMER_PYTHON)",
         p.display()
     );

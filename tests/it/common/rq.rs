@@ -10,7 +10,7 @@
 //! ```
 //!
 //! read back by [`RqApp::runs`]. [`RqApp::python`] runs a script with RQ's interpreter (RQ's own
-//! client, for a baseline, or its API). RQ comes from `.ci/run` (a venv at `/opt/jobrelay-rq`,
+//! client, for a baseline, or its API). RQ comes from `script/setup` (a venv at `/opt/jobrelay-rq`,
 //! pinned), or from `JOBRELAY_RQ` (the path of an `rq` program whose directory also holds its
 //! `python`).
 
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use super::{wait_for_records, whole_lines};
 
-/// Where `.ci/run` installs RQ.
+/// Where `script/setup` installs RQ.
 const DEFAULT_RQ: &str = "/opt/jobrelay-rq/bin/rq";
 
 /// The task module: `jobs.record` takes any arguments and records them.
@@ -76,7 +76,7 @@ pub fn rq_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_RQ));
     assert!(
         p.exists(),
-        "rq not found at {} (run .ci/run, which installs it, or set JOBRELAY_RQ)",
+        "rq not found at {} (script/test installs it; or set JOBRELAY_RQ)",
         p.display()
     );
     p

@@ -1,5 +1,5 @@
 //! A real Sidekiq: the unmodified `sidekiq` worker (Debian's `ruby-sidekiq`, installed by
-//! `.ci/run`) as a child process, against a Redis the test owns, and Ruby scripts that use
+//! `script/setup`) as a child process, against a Redis the test owns, and Ruby scripts that use
 //! Sidekiq's own client and API (`Sidekiq::Client.push`, `Sidekiq::Queue`, `Sidekiq::Stats`,
 //! `Sidekiq::ScheduledSet`).
 //!
@@ -82,7 +82,7 @@ pub struct Sidekiq {
     worker: Option<Child>,
 }
 
-/// Whether the `sidekiq` program is installed (`.ci/run` installs Debian's `ruby-sidekiq`).
+/// Whether the `sidekiq` program is installed (`script/setup` installs Debian's `ruby-sidekiq`).
 pub fn installed() -> bool {
     Command::new("sidekiq")
         .arg("--version")
@@ -98,7 +98,7 @@ impl Sidekiq {
     pub fn new(redis_url: &str) -> Sidekiq {
         assert!(
             installed(),
-            "the sidekiq program is missing: .ci/run installs it (apt-get install ruby-sidekiq)"
+            "the sidekiq program is missing: script/test installs it (apt-get install ruby-sidekiq)"
         );
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("app.rb"), APP_RB).unwrap();

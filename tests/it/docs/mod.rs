@@ -154,3 +154,40 @@ fn the_readme_names_the_producer_example_it_shows() {
         Some("examples/producer-crate/src/main.rs")
     );
 }
+
+/// The README's first block gives the two commands of a fresh machine (the relay, the tests),
+/// and its test command is the one CI runs: .ci/run's last command, verbatim, a program of the
+/// repository.
+#[test]
+fn the_readmes_test_command_is_the_one_ci_runs() {
+    use std::os::unix::fs::PermissionsExt;
+
+    fn commands(text: &str) -> Vec<&str> {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect()
+    }
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let blocks = blocks::parse(Path::new("README.md"), &readme);
+    assert_eq!(blocks[0].kind, Kind::NoRun, "{}", blocks[0].at());
+    let first = commands(&blocks[0].body);
+    assert_eq!(
+        first.len(),
+        2,
+        "{}: the relay, the tests: {first:?}",
+        blocks[0].at()
+    );
+    let test = first[1];
+
+    let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    assert_eq!(
+        commands(&ci).last(),
+        Some(&test),
+        ".ci/run ends with the README's test command"
+    );
+
+    let program = root().join(test.split_whitespace().next().unwrap());
+    let mode = std::fs::metadata(&program).unwrap().permissions().mode();
+    assert!(mode & 0o111 != 0, "{} is not executable", program.display());
+}

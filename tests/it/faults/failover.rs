@@ -291,7 +291,7 @@ async fn sentinel_primary_killed_is_followed_and_every_job_arrives_once(pool: Pg
 
 /// The measurement behind docs/redis.md: the same failovers with servers that do not refuse
 /// writes without a replica. Prints what was lost; asserts only that the relay followed and
-/// wrote nothing twice. `cargo test --all-features --test it failover_losses -- --ignored
+/// wrote nothing twice. `script/test rust -- --test it failover_losses -- --ignored
 /// --nocapture`.
 #[sqlx::test]
 #[ignore = "a measurement (about 2 minutes); see docs/redis.md#sentinel"]

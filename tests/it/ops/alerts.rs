@@ -28,7 +28,7 @@ pub(super) fn alert_rules() -> Vec<serde_json::Value> {
     rules
 }
 
-/// Runs promtool (Debian's `prometheus` package, which `.ci/run` installs; or `$PROMTOOL`) in
+/// Runs promtool (Debian's `prometheus` package, which `script/setup` installs; or `$PROMTOOL`) in
 /// `dir`, with `input` on its standard input. A missing promtool fails the test: what it checks
 /// would go unchecked.
 pub(super) fn promtool(args: &[&str], dir: &Path, input: &str) -> String {
@@ -44,7 +44,7 @@ pub(super) fn promtool(args: &[&str], dir: &Path, input: &str) -> String {
         .unwrap_or_else(|e| {
             panic!(
                 "cannot run {bin} ({e}): install Debian's prometheus package \
-                 (apt-get install prometheus; .ci/run does) or set PROMTOOL"
+                 (apt-get install prometheus; script/setup does) or set PROMTOOL"
             )
         });
     let mut stdin = child.stdin.take().unwrap();
