@@ -10,7 +10,7 @@
 //!
 //! - [`job`]: the job and its validation; [`proto`]: its protobuf wire format.
 //! - [`broker`]: everything that talks to Redis, the jobs' broker: the connection, the enqueue algorithm
-//!   (docs/layouts.md#the-enqueue-algorithm) and its layouts (`jobrelay`, `conveyor`, `sidekiq`, each
+//!   (docs/layouts/algorithm.md#the-enqueue-algorithm) and its layouts (`jobrelay`, `conveyor`, `sidekiq`, each
 //!   with its wire format, keys and Lua script), the relay's Redis sink, the probe.
 //! - [`relay`]: the claim loop, claim slots, the sweep, the sink seam, health, supervision,
 //!   the daemon's assembly; [`wakeup`]: LISTEN and the advisory wake-up lock.
