@@ -77,7 +77,14 @@ async fn every_code_block_of_the_readme_and_docs_runs() {
 fn the_pages_of_docs_subfolders_are_checked() {
     let files = doc_files();
     for page in [
-        "README", "algorithm", "markers", "jobrelay", "conveyor", "sidekiq", "celery", "bullmq",
+        "README",
+        "algorithm",
+        "markers",
+        "jobrelay",
+        "conveyor",
+        "sidekiq",
+        "celery",
+        "bullmq",
         "rq",
     ] {
         let path = Path::new("docs/layouts").join(format!("{page}.md"));
