@@ -42,7 +42,7 @@ COMMIT;
 --               whose COMMIT acknowledgement was lost cannot enqueue twice (see the WHERE
 --               below; Redis also keeps one job per uuid); omitted, it is gen_random_uuid()
 --    run_at     run no earlier than this (a delay: now() + interval)
---    parent_uuid, predecessor_uuid, dead_parent: job dependencies (docs/layouts.md#the-enqueue-algorithm)
+--    parent_uuid, predecessor_uuid, dead_parent: job dependencies (docs/layouts/algorithm.md#the-enqueue-algorithm)
 --    headers    string-to-string metadata, e.g. the W3C traceparent of the caller's span
 SELECT gen_random_uuid() AS mail, gen_random_uuid() AS reminder, gen_random_uuid() AS archive \gset
 BEGIN;

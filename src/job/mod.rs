@@ -117,7 +117,7 @@ fn validate_timestamp(field: &'static str, t: DateTime<Utc>) -> Result<()> {
 }
 
 impl Job {
-    /// Validates the fields docs/layouts.md#the-enqueue-algorithm step 1 names, and that `run_at` and `created_at` lie
+    /// Validates the fields docs/layouts/algorithm.md#the-enqueue-algorithm step 1 names, and that `run_at` and `created_at` lie
     /// within what the wire format's `google.protobuf.Timestamp` carries (docs/wire.md:
     /// 0001-01-01T00:00:00Z ..= 9999-12-31T23:59:59.999999999Z), refusing them with
     /// [`Error::InvalidJob`] naming `run_at` or `created_at`. A failure is permanent.

@@ -1,6 +1,6 @@
 //! What happened to a job that Redis accepted.
 
-/// The outcome of enqueueing one job (docs/layouts.md#the-enqueue-algorithm).
+/// The outcome of enqueueing one job (docs/layouts/algorithm.md#the-enqueue-algorithm).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Outcome {
     /// Pushed onto `queue:<queue>`.

@@ -113,7 +113,7 @@ impl JobBuilder {
         self
     }
 
-    /// Sidekiq's `args`, for a relay in the sidekiq layout (docs/layouts.md#sidekiq): the
+    /// Sidekiq's `args`, for a relay in the sidekiq layout (docs/layouts/sidekiq.md): the
     /// payload as the JSON serialisation of `args`, which must be a JSON array, as every
     /// Sidekiq job's `args` is: a slice, a `Vec`, a tuple (`&(42, "x")` gives `[42,"x"]`),
     /// `json!([...])`. Anything else, or an array that nests deeper than Sidekiq parses, makes
@@ -232,7 +232,7 @@ impl JobBuilder {
         self
     }
 
-    /// The enqueue algorithm's `deadParent` input (docs/layouts.md#the-enqueue-algorithm): the parent has already
+    /// The enqueue algorithm's `deadParent` input (docs/layouts/algorithm.md#the-enqueue-algorithm): the parent has already
     /// finished, so the job is not held for it (nor for its predecessor) but registered in
     /// `jobs:<parent>:active` and queued. Default: `false`.
     pub fn dead_parent(mut self, dead: bool) -> Self {

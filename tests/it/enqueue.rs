@@ -1,4 +1,4 @@
-//! The enqueue algorithm against Redis (docs/layouts.md#the-enqueue-algorithm): every branch
+//! The enqueue algorithm against Redis (docs/layouts/algorithm.md#the-enqueue-algorithm): every branch
 //! and their combinations, a mixed batch in id order, the namespace on every key, dedup markers
 //! and their TTL. Each test relays in-process (or with the binary) and decodes what landed.
 

@@ -1,4 +1,4 @@
-//! Dedup markers as members of sets (the bullmq and rq layouts; docs/layouts.md#markers-as-sets),
+//! Dedup markers as members of sets (the bullmq and rq layouts; docs/layouts/markers.md#markers-as-sets),
 //! the prelude's functions driven alone on the shared Redis with a clock of the test's choosing:
 //! a marker is found for at least one TTL and less than two; a call unlinks the sets of the
 //! interval before the previous one; each set expires on its own one interval after it is last

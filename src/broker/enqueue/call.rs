@@ -6,7 +6,7 @@
 //! - a transaction: `MULTI`, one native `LPUSH` of the messages per queue list, the layout's
 //!   script over the jobs' keys only (`EVAL`), `EXEC`. The script settles what the pushes did:
 //!   it writes the markers of the new jobs and takes the messages of duplicates and refused
-//!   jobs back out of the lists (docs/layouts.md#how-the-celery-layout-pushes). A message
+//!   jobs back out of the lists (docs/layouts/celery.md#how-the-celery-layout-pushes). A message
 //!   then never passes through Lua, which copies and hashes every byte of a script argument.
 //!
 //! Either way the call is atomic: no other client sees the lists between the pushes and the

@@ -1,4 +1,4 @@
-//! The Redis enqueue algorithm (docs/layouts.md#the-enqueue-algorithm), as a library function.
+//! The Redis enqueue algorithm (docs/layouts/algorithm.md#the-enqueue-algorithm), as a library function.
 //!
 //! [`Enqueuer::enqueue_batch`] runs the algorithm for many jobs in one `EVALSHA` of the
 //! layout's script ([`crate::broker::layout`]; loaded again whenever Redis answers `NOSCRIPT`, e.g.

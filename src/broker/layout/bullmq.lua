@@ -1,4 +1,4 @@
--- jobrelay enqueue script, bullmq layout (docs/layouts.md#bullmq): what BullMQ's Queue.add writes
+-- jobrelay enqueue script, bullmq layout (docs/layouts/bullmq.md): what BullMQ's Queue.add writes
 -- for a job with a custom id (taskforcesh/bullmq 6.x src/commands/addStandardJob-9.lua and
 -- addDelayedJob-6.lua with includes/storeJob.lua, getOrSetMaxEvents.lua,
 -- isQueuePausedOrMaxed.lua, addJobInTargetList.lua, addBaseMarkerIfNeeded.lua, addDelayedJob.lua,

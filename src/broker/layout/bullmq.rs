@@ -1,5 +1,5 @@
 //! The layout of [BullMQ](https://github.com/taskforcesh/bullmq) 6.x (and 5.56 on), the Node.js
-//! job runner on Redis (docs/layouts.md, "bullmq"): what `Queue.add(name, data, {jobId})` writes
+//! job runner on Redis (docs/layouts/bullmq.md): what `Queue.add(name, data, {jobId})` writes
 //! (src/classes/job.ts `asJSON`, the Redis backend's `addJobToTransaction` and `optsAsJSON`,
 //! src/commands/addStandardJob-9.lua and addDelayedJob-6.lua with their includes), so that an
 //! unmodified `Worker` runs the jobs and `QueueEvents`, `Queue.getJobCounts` and dashboards such

@@ -1,4 +1,4 @@
--- jobrelay enqueue script, celery layout (docs/layouts.md#how-the-celery-layout-pushes): the
+-- jobrelay enqueue script, celery layout (docs/layouts/celery.md#how-the-celery-layout-pushes): the
 -- second half of a MULTI/EXEC transaction whose first half LPUSHed every job's message onto its
 -- queue's list, as kombu's Redis transport does. It settles those pushes, atomically with
 -- them: the markers of the new jobs are written, and the messages of duplicates are taken back

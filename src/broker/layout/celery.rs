@@ -1,5 +1,5 @@
 //! The layout of [Celery](https://docs.celeryq.dev/) 5 on its Redis broker (kombu's Redis
-//! transport), task message protocol 2 with the JSON serializer (docs/layouts.md, "celery").
+//! transport), task message protocol 2 with the JSON serializer (docs/layouts/celery.md).
 //!
 //! - Wire format: the envelope kombu's Redis transport `LPUSH`es for `apply_async`, built from
 //!   celery's `AMQP.as_task_v2` and `send_task_message` (celery/app/amqp.py), kombu's

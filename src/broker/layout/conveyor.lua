@@ -1,4 +1,4 @@
--- jobrelay enqueue script, conveyor layout (docs/layouts.md): conveyor's AddJob for a batch of
+-- jobrelay enqueue script, conveyor layout (docs/layouts/conveyor.md): conveyor's AddJob for a batch of
 -- jobs, in one atomic call, with a dedup marker of jobrelay's own and late children set free.
 --
 -- KEYS     2 per job: marker key (<ns>jobrelay:job:<uuid>), queue key (<ns>queue:<queue>)

@@ -1,5 +1,5 @@
 //! The layout of [conveyor](https://github.com/jpoz/conveyor), a Go job runner with chained
-//! jobs (docs/layouts.md, "conveyor").
+//! jobs (docs/layouts/conveyor.md).
 //!
 //! - Wire format: conveyor's `wire.Job` (`proto/conveyor/wire.proto`), fields 1-7, encoded
 //!   canonically (fields in number order, defaults left out), byte for byte what Go's

@@ -1,5 +1,5 @@
 -- jobrelay, conveyor layout: set free the children and heirs stranded by a close that raced
--- their push (docs/layouts.md#conveyor).
+-- their push (docs/layouts/conveyor.md).
 --
 -- conveyor.lua pushes a child (heir) into the children (onComplete) list of a job that is
 -- running, and notes that job in the watch set <ns>jobrelay:watch. Conveyor's close drains

@@ -1,4 +1,4 @@
--- jobrelay enqueue script, jobrelay layout (docs/layouts.md#the-enqueue-algorithm): the
+-- jobrelay enqueue script, jobrelay layout (docs/layouts/algorithm.md#the-enqueue-algorithm): the
 -- algorithm for a batch of jobs, in one atomic call. Helpers: prelude.lua, prepended.
 --
 -- KEYS     2 per job: marker key (<ns>jobs:<uuid>), queue key (<ns>queue:<queue>)

@@ -1,4 +1,4 @@
-//! jobrelay's own layout (docs/layouts.md#jobrelay, docs/layouts.md): `jobrelay.v1.Job`, keys `queue:<queue>`,
+//! jobrelay's own layout (docs/layouts/jobrelay.md, docs/layouts/README.md): `jobrelay.v1.Job`, keys `queue:<queue>`,
 //! `scheduled`, `jobs:<parent>:children`, `jobs:<predecessor>:onComplete`,
 //! `jobs:<parent>:active`, and the marker `jobs:<uuid>` holding the job.
 

@@ -193,7 +193,7 @@ pub trait Layout: Send + Sync + fmt::Debug {
     /// marker TTL and per first hex digit of the uuid
     /// (`<namespace><marker infix>marks:<ttl>:<interval>:<digit>`, or
     /// `<namespace><marker infix>marks:<digit>` without a TTL), instead of a key per job
-    /// (docs/layouts.md#markers-as-sets). Its scripts then get first a key that is never
+    /// (docs/layouts/markers.md#markers-as-sets). Its scripts then get first a key that is never
     /// written (`<namespace><marker infix>marks:absent`, so that a Cluster refuses the call
     /// while the slot migrates), then one key per job, its queue, and its uuid as the job's
     /// first argument. For layouts whose keys are all in one hash slot or that refuse a
@@ -222,7 +222,7 @@ pub trait Layout: Send + Sync + fmt::Debug {
     /// finds job i's message at its place among the ones just pushed, writes the markers of
     /// the new jobs and takes the messages of the others back out ([`Layout::push_args`] is
     /// then not used). Redis copies and hashes every byte of a script argument; a native
-    /// push does not (docs/layouts.md#how-the-celery-layout-pushes).
+    /// push does not (docs/layouts/celery.md#how-the-celery-layout-pushes).
     fn lpushes_messages(&self) -> bool {
         false
     }

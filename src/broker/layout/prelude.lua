@@ -126,7 +126,7 @@ local function field(m, at)
 end
 
 
--- Dedup markers as members of sets (the bullmq and rq layouts; docs/layouts.md#markers-as-sets).
+-- Dedup markers as members of sets (the bullmq and rq layouts; docs/layouts/markers.md#markers-as-sets).
 -- A key with a TTL per job costs Redis a keyspace entry and an expiry entry per job; a member of
 -- a set costs one entry, and a call writes a set's members with one SADD. The sets:
 -- <prefix><TTL>:<interval>:<shard>, where interval = floor(Redis TIME in ms / TTL) and shard is

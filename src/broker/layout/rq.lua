@@ -1,4 +1,4 @@
--- jobrelay enqueue script, rq layout (docs/layouts.md#rq): what RQ 2.x's client writes for
+-- jobrelay enqueue script, rq layout (docs/layouts/rq.md): what RQ 2.x's client writes for
 -- Queue.enqueue / enqueue_at (rq/queue.py _enqueue_async_job, schedule_job; rq/job.py
 -- Job.to_dict; the unique enqueue of rq/scripts.py does the same in one script), for a batch of
 -- jobs, in one atomic call, with a dedup marker of jobrelay's own. Helpers: prelude.lua and

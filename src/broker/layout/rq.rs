@@ -1,4 +1,4 @@
-//! The layout of [RQ](https://python-rq.org) 2.x, the Python job runner (docs/layouts.md, "rq"):
+//! The layout of [RQ](https://python-rq.org) 2.x, the Python job runner (docs/layouts/rq.md):
 //! what RQ's own client writes for `Queue.enqueue` / `Queue.enqueue_at` with the JSON
 //! serializer, so that an unmodified `rq worker --serializer rq.serializers.JSONSerializer`
 //! runs the jobs and `rq info`, `Queue.count` and the registries show them as their own.

@@ -1,4 +1,4 @@
--- jobrelay enqueue script, sidekiq layout (docs/layouts.md#sidekiq): what Sidekiq's client
+-- jobrelay enqueue script, sidekiq layout (docs/layouts/sidekiq.md): what Sidekiq's client
 -- writes (lib/sidekiq/client.rb, atomic_push) for a batch of jobs, in one atomic call, with a
 -- dedup marker of jobrelay's own. Helpers: prelude.lua, prepended.
 --

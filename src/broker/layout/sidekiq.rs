@@ -1,5 +1,5 @@
 //! The layout of [Sidekiq](https://github.com/sidekiq/sidekiq) 6.x and 7.x, the Ruby job runner
-//! (docs/layouts.md, "sidekiq"): what `Sidekiq::Client#push` writes, so that an unmodified
+//! (docs/layouts/sidekiq.md): what `Sidekiq::Client#push` writes, so that an unmodified
 //! Sidekiq process runs the jobs and its Web UI and API (`Sidekiq::Queue`, `Sidekiq::Stats`,
 //! `Sidekiq::ScheduledSet`) show them as their own.
 //!

@@ -1,5 +1,5 @@
 //! The acceptance test: 1,000 jobs over 4 queues in 10 transactions, a flow row and a
-//! malformed row among them, the SQL of docs/layouts.md, 20 delayed jobs beside 20 that
+//! malformed row among them, the SQL of docs/layouts/bullmq.md, 20 delayed jobs beside 20 that
 //! BullMQ's own `Queue.add` delays, and a replay of 50 relayed rows after their jobs completed
 //! and were removed: the real worker runs each job once with its data, no earlier than its
 //! run_at, nothing twice; `QueueEvents` and `Queue.getJobCounts` agree.
@@ -124,7 +124,7 @@ async fn commit_the_backlog(pool: &PgPool) -> (Vec<Row>, [(Uuid, &'static str); 
     let unfit = [(flow.uuid, "no flows"), (malformed.uuid, "not JSON")];
     let rows = backlog_rows(NAME, payload, false);
     commit_backlog(pool, &[flow, malformed], &rows).await;
-    run_doc_sql(pool, "\n## bullmq").await;
+    run_doc_sql(pool, "bullmq.md", "\n## Producing a BullMQ job").await;
     relayed(pool, "the backlog relayed").await;
     (rows, unfit)
 }

@@ -30,7 +30,7 @@ use jobrelay::{Enqueuer, Error, LayoutKind, Outcome};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-/// The task every job names, and the one of the SQL example in docs/layouts.md.
+/// The task every job names, and the one of the SQL example in docs/layouts/celery.md.
 const TASK: &str = "jobs.record";
 const DOC_TASK: &str = "app.tasks.send_welcome";
 

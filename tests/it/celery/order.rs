@@ -1,6 +1,6 @@
 //! The celery layout's call is a transaction: the messages are LPUSHed natively, then the
-//! script takes the duplicates' messages back out by their place (docs/layouts.md, "How the
-//! celery layout pushes").
+//! script takes the duplicates' messages back out by their place
+//! (docs/layouts/celery.md#how-the-celery-layout-pushes).
 
 use jobrelay::Job;
 

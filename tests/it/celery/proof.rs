@@ -1,5 +1,5 @@
 //! The acceptance test: 1,000 jobs over 4 queues in 10 transactions, a flow row and a
-//! malformed row among them, the SQL of docs/layouts.md, 20 delayed jobs beside 20 sent by
+//! malformed row among them, the SQL of docs/layouts/celery.md, 20 delayed jobs beside 20 sent by
 //! celery's own client with an ETA, and a replay of 50 relayed rows: the real worker runs each
 //! job once, with its args and kwargs, no earlier than its run_at, and nothing twice.
 
@@ -98,7 +98,7 @@ async fn commit_the_backlog(pool: &PgPool) -> (Vec<Row>, [(Uuid, &'static str); 
     ];
     let rows = backlog_rows(TASK, payload, true);
     commit_backlog(pool, &[flow, malformed], &rows).await;
-    run_doc_sql(pool, "\n## celery").await;
+    run_doc_sql(pool, "celery.md", "\n## From a Django app").await;
     relayed(pool, "the backlog relayed").await;
     (rows, unfit)
 }

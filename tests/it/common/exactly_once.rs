@@ -196,14 +196,15 @@ pub fn epoch(t: DateTime<Utc>) -> f64 {
     t.timestamp_micros() as f64 / 1e6
 }
 
-/// The first ```sql block of docs/layouts.md after `marker` (a section's heading, e.g.
-/// `"\n## rq"`, or a comment marking the block), before the next section.
-pub fn doc_sql(marker: &str) -> String {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/layouts.md"))
-        .expect("docs/layouts.md");
+/// The first ```sql block of the runner's page `docs/layouts/<page>` after `marker` (a section's
+/// heading, e.g. `"\n## Producing an RQ job"`, or a comment marking the block), before the next
+/// section.
+pub fn doc_sql(page: &str, marker: &str) -> String {
+    let path = format!("{}/docs/layouts/{page}", env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let after = doc
         .split_once(marker)
-        .unwrap_or_else(|| panic!("{marker:?} in docs/layouts.md"))
+        .unwrap_or_else(|| panic!("{marker:?} in docs/layouts/{page}"))
         .1;
     let section = after.split("\n## ").next().unwrap();
     let block = section
@@ -217,11 +218,11 @@ pub fn doc_sql(marker: &str) -> String {
         .to_owned()
 }
 
-/// Runs the SQL block of docs/layouts.md after `marker` in a transaction of its own, as an
-/// application would.
-pub async fn run_doc_sql(pool: &PgPool, marker: &str) {
+/// Runs the SQL block of `docs/layouts/<page>` after `marker` in a transaction of its own, as
+/// an application would.
+pub async fn run_doc_sql(pool: &PgPool, page: &str, marker: &str) {
     let mut tx = pool.begin().await.unwrap();
-    sqlx::raw_sql(&doc_sql(marker))
+    sqlx::raw_sql(&doc_sql(page, marker))
         .execute(&mut *tx)
         .await
         .unwrap();

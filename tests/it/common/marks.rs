@@ -1,5 +1,5 @@
 //! Where a job's dedup marker is, in any layout: a key of its own, or a member of the layout's
-//! marker sets (`Layout::marks_in_sets`, docs/layouts.md#markers-as-sets).
+//! marker sets (`Layout::marks_in_sets`, docs/layouts/markers.md#markers-as-sets).
 
 use jobrelay::LayoutKind;
 use redis::aio::MultiplexedConnection;

@@ -8,18 +8,28 @@ pub fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// README.md and every docs/*.md, as paths relative to the root, sorted.
+/// README.md and every docs/**/*.md (docs/layouts/ and any other folder), as paths relative to
+/// the root, sorted.
 pub fn doc_files() -> Vec<PathBuf> {
     let mut files = vec![PathBuf::from("README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
-        .expect("docs/")
-        .map(|e| e.expect("a directory entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .map(|p| Path::new("docs").join(p.file_name().expect("a file name")))
-        .collect();
+    let mut docs = Vec::new();
+    markdown_under(Path::new("docs"), &mut docs);
     docs.sort();
     files.extend(docs);
     files
+}
+
+/// Every `.md` file under `dir` (relative to the root), its subfolders included.
+fn markdown_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(root().join(dir)).unwrap_or_else(|e| panic!("{dir:?}: {e}")) {
+        let entry = entry.expect("a directory entry");
+        let path = dir.join(entry.file_name());
+        if entry.file_type().expect("a file type").is_dir() {
+            markdown_under(&path, out);
+        } else if path.extension().is_some_and(|e| e == "md") {
+            out.push(path);
+        }
+    }
 }
 
 /// What the test does with a block, by its info string.

@@ -1,4 +1,4 @@
-//! The README and docs/*.md as a reader uses them: every fenced code block runs, or is
+//! The README and docs/**/*.md as a reader uses them: every fenced code block runs, or is
 //! compiled, compared, parsed or syntax-checked, by its info string; every relative link and
 //! `#anchor` resolves. The rules: docs/README.md#code-blocks.
 
@@ -70,6 +70,42 @@ async fn every_code_block_of_the_readme_and_docs_runs() {
     assert!(ran >= 5, "the quickstart's blocks ran ({ran} blocks)");
     assert!(no_run.len() <= 8, "too many no-run blocks: {no_run:?}");
     assert!(failures.is_empty(), "\n{}", failures.join("\n\n"));
+}
+
+/// The docs' subfolders are read too: docs/layouts/ has a page per runner.
+#[test]
+fn the_pages_of_docs_subfolders_are_checked() {
+    let files = doc_files();
+    for page in [
+        "README",
+        "algorithm",
+        "markers",
+        "jobrelay",
+        "conveyor",
+        "sidekiq",
+        "celery",
+        "bullmq",
+        "rq",
+    ] {
+        let path = Path::new("docs/layouts").join(format!("{page}.md"));
+        assert!(files.contains(&path), "{} not in {files:?}", path.display());
+    }
+}
+
+/// The worker tests read their SQL from the runner pages (common::exactly_once::doc_sql): each
+/// page still holds the block after the heading or comment they name.
+#[test]
+fn the_runner_pages_hold_the_sql_the_worker_tests_run() {
+    use crate::common::exactly_once::doc_sql;
+    for (page, marker) in [
+        ("celery.md", "\n## From a Django app"),
+        ("bullmq.md", "\n## Producing a BullMQ job"),
+        ("rq.md", "\n## Producing an RQ job"),
+        ("sidekiq.md", "<!-- sidekiq-insert -->"),
+    ] {
+        let sql = doc_sql(page, marker);
+        assert!(sql.starts_with("INSERT INTO pending_jobs"), "{page}: {sql}");
+    }
 }
 
 #[test]

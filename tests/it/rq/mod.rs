@@ -26,7 +26,7 @@ use jobrelay::{Enqueuer, LayoutKind, Outcome};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-/// The function every job names, and the one of the SQL example in docs/layouts.md.
+/// The function every job names, and the one of the SQL example in docs/layouts/rq.md.
 const FUNC: &str = "jobs.record";
 const DOC_FUNC: &str = "app.tasks.send_welcome";
 

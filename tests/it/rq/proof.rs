@@ -1,5 +1,5 @@
 //! The acceptance test: 1,000 jobs over 4 queues in 10 transactions, behind a malformed row and
-//! two flow rows, the SQL of docs/layouts.md, 20 delayed jobs beside 20 scheduled by RQ's own
+//! two flow rows, the SQL of docs/layouts/rq.md, 20 delayed jobs beside 20 scheduled by RQ's own
 //! client (`Queue.enqueue_at`), and a replay of 50 relayed rows (after RQ's job hash was
 //! deleted, for some): the real worker runs each job once, with its args, kwargs and meta, no
 //! earlier than its run_at, and nothing twice; RQ's API agrees at each step.
@@ -107,7 +107,7 @@ async fn commit_the_backlog(pool: &PgPool) -> (Vec<Row>, [(Uuid, &'static str); 
     ];
     let rows = backlog_rows(FUNC, payload, true);
     commit_backlog(pool, &[malformed, heir, child], &rows).await;
-    run_doc_sql(pool, "\n## rq").await;
+    run_doc_sql(pool, "rq.md", "\n## Producing an RQ job").await;
     relayed(pool, "the backlog relayed").await;
     (rows, unfit)
 }

@@ -1,6 +1,6 @@
 //! The script alone, on the shared Redis under a namespace: the job hash, the id on the queue
 //! (RPUSH: FIFO from the left, as RQ pops), `rq:queues`, the scheduled registry (score rounded
-//! up), the markers (members of the marker sets, docs/layouts.md#markers-as-sets), duplicates by
+//! up), the markers (members of the marker sets, docs/layouts/markers.md#markers-as-sets), duplicates by
 //! marker and by job hash, and refusals that write nothing.
 
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! The acceptance test (docs/layouts.md#sidekiq): 1,000 jobs over 4 queues in 10 transactions
+//! The acceptance test (docs/layouts/sidekiq.md): 1,000 jobs over 4 queues in 10 transactions
 //! (one of them through the statement the docs give a Rails app), 20 jobs due a few seconds
 //! later, a flow row and two payloads that are no JSON array. Relayed by the daemon before the
 //! worker starts: Sidekiq's API counts them as its own. Then the worker runs each job exactly
@@ -125,7 +125,7 @@ async fn commit_the_backlog(pool: &PgPool) -> (Vec<Row>, [(Uuid, &'static str); 
     let last = BACKLOG - PER_TRANSACTION;
     commit_backlog(pool, &[flow, not_array, not_json], &rows[..last]).await;
     // gen_random_uuid(): the uuid is read back.
-    let doc_sql = doc_sql("<!-- sidekiq-insert -->");
+    let doc_sql = doc_sql("sidekiq.md", "<!-- sidekiq-insert -->");
     let mut tx = pool.begin().await.unwrap();
     for r in &mut rows[last..] {
         r.headers = json!({ "traceparent": TRACEPARENT });

@@ -1,4 +1,4 @@
-//! The enqueue script alone (docs/layouts.md#sidekiq), on the shared Redis under a namespace.
+//! The enqueue script alone (docs/layouts/sidekiq.md), on the shared Redis under a namespace.
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,6 @@
 //! `jobrelay peek` in the bullmq layout: a queue's wait list `<ns><queue>:wait` (BullMQ's
 //! workers take from its right end) and delayed set `<ns><queue>:delayed` hold job ids; each
-//! job is the hash `<ns><queue>:<id>` (docs/layouts.md#keys-of-the-bullmq-layout).
+//! job is the hash `<ns><queue>:<id>` (docs/layouts/bullmq.md#keys-of-the-bullmq-layout).
 
 use super::super::peek::{
     hash_fields, json_or_text, Decoded, End, NoShelf, Peek, Shelf, ShelfKind, Stored,

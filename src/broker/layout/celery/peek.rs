@@ -1,6 +1,6 @@
 //! `jobrelay peek` in the celery layout: the queue's list `<ns><queue>` (popped from the right)
 //! of kombu message envelopes; no scheduled set, rows wait in the outbox until their `run_at`
-//! (docs/layouts.md#keys-of-the-celery-layout, docs/layouts.md#the-message).
+//! (docs/layouts/celery.md#keys-of-the-celery-layout, docs/layouts/celery.md#the-message).
 
 use base64::Engine as _;
 use serde_json::Value;

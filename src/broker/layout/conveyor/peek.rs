@@ -1,6 +1,6 @@
 //! `jobrelay peek` in the conveyor layout: `<ns>queue:<queue>` (popped from the right),
 //! `<ns>scheduled`, `<ns>job:<uuid>:children` and `<ns>job:<uuid>:onComplete`, each holding
-//! conveyor's `wire.Job` messages (docs/layouts.md#keys-of-the-conveyor-layout, docs/wire.md).
+//! conveyor's `wire.Job` messages (docs/layouts/conveyor.md#keys-of-the-conveyor-layout, docs/wire.md).
 
 use prost::Message;
 use serde_json::Value;

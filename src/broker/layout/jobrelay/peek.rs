@@ -1,6 +1,6 @@
 //! `jobrelay peek` in the jobrelay layout: `queue:<queue>` (popped from the right),
 //! `scheduled`, `jobs:<uuid>:children` and `jobs:<uuid>:onComplete`, each holding
-//! `jobrelay.v1.Job` messages (docs/layouts.md#keys-of-the-jobrelay-layout, docs/wire.md).
+//! `jobrelay.v1.Job` messages (docs/layouts/jobrelay.md#keys-of-the-jobrelay-layout, docs/wire.md).
 
 use prost::Message;
 use serde_json::Value;

@@ -1,6 +1,6 @@
 //! `jobrelay peek` in the rq layout: a queue's list `<ns>rq:queue:<queue>` (RQ's worker pops
 //! from the left) and scheduled registry `<ns>rq:scheduled:<queue>` hold job ids; each job is
-//! the hash `<ns>rq:job:<id>` (docs/layouts.md#keys-of-the-rq-layout).
+//! the hash `<ns>rq:job:<id>` (docs/layouts/rq.md#keys-of-the-rq-layout).
 
 use super::super::peek::{hash_fields, json_or_text, Decoded, End, NoShelf, Peek, Shelf, Stored};
 use super::{Rq, QUEUE_INFIX};

@@ -1,6 +1,6 @@
 //! `jobrelay peek` in the sidekiq layout: `<ns>queue:<queue>` (popped from the right) and
 //! `<ns>schedule`, each holding Sidekiq's job hash as JSON
-//! (docs/layouts.md#keys-of-the-sidekiq-layout).
+//! (docs/layouts/sidekiq.md#keys-of-the-sidekiq-layout).
 
 use super::super::peek::{ordered_object, Decoded, NoShelf, Peek, Shelf, Stored};
 use super::Sidekiq;
