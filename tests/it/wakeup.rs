@@ -1,5 +1,5 @@
 //! Waking the relay: NOTIFY wakes an idle relay at once; the wake-up lock (migration 5,
-//! src/wakeup/): a busy relay holds an advisory lock and producers skip NOTIFY; when it unlocks,
+//! src/relay/wakeup/): a busy relay holds an advisory lock and producers skip NOTIFY; when it unlocks,
 //! a producer that skipped is not stranded; a relay that dies releases it at once; the lock's
 //! state machine steps through take, poll and release.
 
