@@ -96,7 +96,7 @@ async fn the_reference_consumer_runs_every_job_once_in_flow_order(pool: PgPool) 
     let mut consumer =
         ConsumerProcess::start(&ns, "c1", &["work"], &["--housekeeping-every", "0.1"]);
     consumer.wait_runs(27, Duration::from_secs(60)).await;
-    assert_eq!(consumer.stop().await, 0, "{}", consumer.stderr());
+    assert_eq!(consumer.stop().await, 0, "{}", consumer.logs());
     let runs = once_each(&consumer.runs());
     assert_eq!(
         runs.keys().cloned().collect::<Vec<_>>(),
@@ -175,7 +175,7 @@ async fn popped_jobs_of_a_dead_or_restarted_consumer_run_again(pool: PgPool) {
     let mut consumer =
         ConsumerProcess::start(&ns, "c1", &["work"], &["--housekeeping-every", "0.1"]);
     consumer.wait_runs(3, Duration::from_secs(30)).await;
-    assert_eq!(consumer.stop().await, 0, "{}", consumer.stderr());
+    assert_eq!(consumer.stop().await, 0, "{}", consumer.logs());
     let runs = once_each(&consumer.runs());
     assert_eq!(
         runs.into_keys().collect::<std::collections::BTreeSet<_>>(),
@@ -201,7 +201,7 @@ async fn children_and_heirs_relayed_after_their_job_completed_still_run(pool: Pg
     let report = sweep(&pool, &ns).await;
     assert!(report.contains("children=1 on_complete=1"), "{report}");
     let runs = consumer.wait_runs(3, Duration::from_secs(30)).await;
-    assert_eq!(consumer.stop().await, 0, "{}", consumer.stderr());
+    assert_eq!(consumer.stop().await, 0, "{}", consumer.logs());
     let runs = once_each(&runs);
     for u in [p, c, h] {
         assert!(runs.contains_key(&u.to_string()), "{u} did not run");

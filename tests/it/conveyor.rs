@@ -129,19 +129,15 @@ async fn conveyor_keys(ns: &Namespace) -> Vec<String> {
 
 /// Waits until the workers ran and closed `n` jobs; on timeout, says what is left where.
 async fn settle(w: &Workers, n: usize, ns: &Namespace, pool: &PgPool) {
-    let start = Instant::now();
-    while !w.settled(n) {
-        if start.elapsed() > SETTLE {
-            panic!(
-                "{} runs of {n} expected after {SETTLE:?}; consumer errors {:?}; \
-                 pending rows {}; conveyor keys {:?}",
-                w.runs().len(),
-                w.errors(),
-                pending_count(pool).await,
-                conveyor_keys(ns).await
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    if !eventually(SETTLE, || async { w.settled(n) }).await {
+        panic!(
+            "{} runs of {n} expected after {SETTLE:?}; consumer errors {:?}; \
+             pending rows {}; conveyor keys {:?}",
+            w.runs().len(),
+            w.errors(),
+            pending_count(pool).await,
+            conveyor_keys(ns).await
+        );
     }
 }
 
@@ -389,11 +385,8 @@ async fn consumer_runs_conveyor_flows_in_order() {
         c.add(&f.parent, false).await.unwrap();
     }
     let w = Workers::start(&ns.url, &ns.prefix, &FLOW_QUEUES, 2, Some(hook)).await;
-    let start = Instant::now();
-    while !w.settled(job_count(&flows)) {
-        assert!(start.elapsed() < SETTLE, "errors {:?}", w.errors());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let settled = eventually(SETTLE, || async { w.settled(job_count(&flows)) }).await;
+    assert!(settled, "errors {:?}", w.errors());
     check_flows(&flows, &w);
     assert_eq!(ns.keys().await, Vec::<String>::new(), "keys left");
     w.stop().await;
@@ -687,7 +680,8 @@ async fn a_child_committed_by_its_running_parent_runs_exactly_once(pool: PgPool)
                 if let Some((child, delay_ms)) = children.get(&job.uuid) {
                     insert(&pool, child).await;
                     // Not waiting for work: the parent's handler runs on for 0-9 ms (the race).
-                    tokio::time::sleep(Duration::from_millis(*delay_ms)).await;
+                    let race = Duration::from_millis(*delay_ms);
+                    hold_for(race, "the parent's handler runs on").await;
                 }
             })
         })

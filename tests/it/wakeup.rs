@@ -358,7 +358,11 @@ async fn an_idle_relay_polls_once_per_interval_not_once_per_worker(pool: PgPool)
     })
     .await;
     // The window observed: 3 s of an idle relay, 15 poll intervals.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    hold_for(
+        Duration::from_secs(3),
+        "an idle relay's window, 15 poll intervals",
+    )
+    .await;
     relay.signal("TERM");
     assert_eq!(relay.wait(Duration::from_secs(30)).await, Some(0));
     let intervals = (started.elapsed().as_secs_f64() / 0.2).ceil() as i64;

@@ -27,7 +27,7 @@ async fn a_bullmq_worker_on_a_redis_cluster_runs_relayed_jobs(pool: PgPool) {
     ] {
         assert_eq!(cluster.slot_of(key).await, slot, "{key}");
     }
-    let worker = BullmqWorker::start_on_cluster(cluster.nodes[0].port, "{bull}", &QUEUES);
+    let worker = BullmqWorker::start_on_cluster(cluster.nodes[0].port, "{bull}", &QUEUES).await;
     let runs = worker.wait_runs(rows.len(), Duration::from_secs(30)).await;
     let by_id = RunsById::new(&runs, |r| r.id.as_str());
     for r in &rows {

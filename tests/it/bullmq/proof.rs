@@ -33,8 +33,8 @@ async fn a_bullmq_worker_runs_relayed_jobs_exactly_once(pool: PgPool) {
     assert_dead_letters(&pool, "bullmq", &unfit).await;
     let mut queues = QUEUES.to_vec();
     queues.push("emails");
-    assert_waiting_before_any_worker(&redis, &queues);
-    let worker = BullmqWorker::start(port_of(&url), PREFIX, &queues);
+    assert_waiting_before_any_worker(&redis, &queues).await;
+    let worker = BullmqWorker::start(port_of(&url), PREFIX, &queues).await;
     let backlog = rows.len() + 1;
     let runs = worker.wait_runs(backlog, Duration::from_secs(60)).await;
     assert_eq!(runs.len(), backlog, "runs of the backlog");
@@ -131,7 +131,7 @@ async fn commit_the_backlog(pool: &PgPool) -> (Vec<Row>, [(Uuid, &'static str); 
 
 /// Before any worker runs: 250 jobs in each wait list, and BullMQ's own count of what waits
 /// (the docs' example in `emails`).
-fn assert_waiting_before_any_worker(redis: &RedisServer, queues: &[&str]) {
+async fn assert_waiting_before_any_worker(redis: &RedisServer, queues: &[&str]) {
     let mut con = redis.con();
     let lens: Vec<usize> = QUEUES
         .iter()
@@ -143,7 +143,7 @@ fn assert_waiting_before_any_worker(redis: &RedisServer, queues: &[&str]) {
         })
         .collect();
     assert_eq!(lens, vec![250; 4], "LLEN bull:<q>:wait");
-    let client_only = BullmqWorker::start(redis.port, PREFIX, &[]);
+    let client_only = BullmqWorker::start(redis.port, PREFIX, &[]).await;
     let counts = job_counts(&client_only, queues);
     for q in queues {
         let waiting = if *q == "emails" { 1 } else { 250 };

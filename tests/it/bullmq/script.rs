@@ -57,7 +57,9 @@ async fn added_both_ways() -> Added {
         ],
         include_str!("add_own.js"),
     );
-    BullmqWorker::start(redis.port, PREFIX, &[]).node(&script);
+    BullmqWorker::start(redis.port, PREFIX, &[])
+        .await
+        .node(&script);
     Added {
         server: redis,
         con,

@@ -35,7 +35,7 @@ async fn the_events_stream_is_trimmed_as_queue_add_trims_it() {
         Enqueuer::new(NS.to_owned(), Duration::from_secs(60)).with_layout(LayoutKind::Bullmq);
     let results = enqueuer.enqueue_batch(&mut acon, &jobs).await.unwrap();
     assert!(results.iter().all(|r| matches!(r, Ok(Outcome::Queued))));
-    let node = BullmqWorker::start(port_of(&url), PREFIX, &[]);
+    let node = BullmqWorker::start(port_of(&url), PREFIX, &[]).await;
     node.node(&scripts::js(
         &[
             ("MAX_EVENTS", json!(MAX_EVENTS)),

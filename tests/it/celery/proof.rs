@@ -33,7 +33,7 @@ async fn a_celery_worker_runs_relayed_jobs_exactly_once(pool: PgPool) {
 
     let mut queues = QUEUES.to_vec();
     queues.push("emails");
-    let worker = CeleryWorker::start(&url, "", &queues, &[TASK, DOC_TASK]);
+    let worker = CeleryWorker::start(&url, "", &queues, &[TASK, DOC_TASK]).await;
     let backlog = rows.len() + 1;
     worker.wait_runs(backlog, Duration::from_secs(30)).await;
 

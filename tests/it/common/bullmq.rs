@@ -4,7 +4,8 @@
 //! and runs it with `node` against a Redis (a private redis-server): per queue a `QueueEvents`
 //! reading the queue's events stream from its start, and a `Worker` (concurrency 4, completed
 //! jobs removed: `removeOnComplete: {count: 0}`, the worker's form of `removeOnComplete: true`),
-//! killed on drop. Each run appends one JSON line to a file:
+//! a [`Worker`] (killed on drop), ready once it prints `workers ready`. Each run appends one
+//! JSON line to a file:
 //!
 //! ```text
 //! {"id": <job id>, "name": <job name>, "queue": <queue>, "data": <JSON.stringify(job.data)>,
@@ -19,10 +20,11 @@
 //! pinned), or from `JOBRELAY_BULLMQ` (a directory holding `node_modules/bullmq`).
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use super::{wait_for_records, whole_lines};
+use super::whole_lines;
+use super::worker::Worker;
 
 /// Where `script/setup` installs BullMQ.
 const DEFAULT_BULLMQ: &str = "/opt/jobrelay-bullmq";
@@ -91,9 +93,8 @@ pub struct Event {
 
 /// A running worker program.
 pub struct BullmqWorker {
-    child: Child,
+    worker: Worker,
     dir: tempfile::TempDir,
-    log: PathBuf,
     runs: PathBuf,
     events: PathBuf,
     env: Vec<(&'static str, String)>,
@@ -116,17 +117,17 @@ pub fn bullmq_dir() -> PathBuf {
 impl BullmqWorker {
     /// Starts workers for `queues` on the Redis at 127.0.0.1:`port` with BullMQ's `prefix`
     /// (the relay's `--namespace` without its last ':'); waits until they are ready (30 s).
-    pub fn start(port: u16, prefix: &str, queues: &[&str]) -> BullmqWorker {
-        BullmqWorker::start_with(port, prefix, queues, false)
+    pub async fn start(port: u16, prefix: &str, queues: &[&str]) -> BullmqWorker {
+        BullmqWorker::start_with(port, prefix, queues, false).await
     }
 
     /// As [`BullmqWorker::start`], on the Redis Cluster that the node at `port` belongs to,
     /// through ioredis's `Cluster` client.
-    pub fn start_on_cluster(port: u16, prefix: &str, queues: &[&str]) -> BullmqWorker {
-        BullmqWorker::start_with(port, prefix, queues, true)
+    pub async fn start_on_cluster(port: u16, prefix: &str, queues: &[&str]) -> BullmqWorker {
+        BullmqWorker::start_with(port, prefix, queues, true).await
     }
 
-    fn start_with(port: u16, prefix: &str, queues: &[&str], cluster: bool) -> BullmqWorker {
+    async fn start_with(port: u16, prefix: &str, queues: &[&str], cluster: bool) -> BullmqWorker {
         let dir = tempfile::Builder::new()
             .prefix("jobrelay-bullmq-")
             .tempdir()
@@ -151,49 +152,26 @@ impl BullmqWorker {
         if cluster {
             env.push(("JOBRELAY_TEST_CLUSTER", "1".to_owned()));
         }
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new("node")
-            .arg(dir.path().join("worker.js"))
+        let mut cmd = Command::new("node");
+        cmd.arg(dir.path().join("worker.js"))
             .current_dir(dir.path())
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out.try_clone().unwrap()))
-            .stderr(Stdio::from(out))
-            .spawn()
-            .expect("node starts");
-        let mut w = BullmqWorker {
-            child,
+            .envs(env.iter().map(|(k, v)| (k, v)));
+        let worker = Worker::spawn("bullmq worker", cmd, log);
+        worker
+            .wait_logged("workers ready", Duration::from_secs(30))
+            .await;
+        BullmqWorker {
+            worker,
             dir,
-            log,
             runs,
             events,
             env,
-        };
-        w.wait_ready(Duration::from_secs(30));
-        w
-    }
-
-    fn wait_ready(&mut self, deadline: Duration) {
-        let start = Instant::now();
-        loop {
-            if self.logs().contains("workers ready") {
-                return;
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("bullmq worker exited ({status}); its log:\n{}", self.logs());
-            }
-            assert!(
-                start.elapsed() < deadline,
-                "bullmq worker not ready after {deadline:?}; its log:\n{}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
     /// What the worker printed.
     pub fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.worker.logs()
     }
 
     /// Every run recorded so far, in the order they were recorded.
@@ -214,11 +192,7 @@ impl BullmqWorker {
 
     /// Waits until at least `n` runs are recorded, at most `deadline`.
     pub async fn wait_runs(&self, n: usize, deadline: Duration) -> Vec<Run> {
-        wait_for_records("runs", n, deadline, || self.runs(), || self.tail_of_logs()).await
-    }
-
-    fn tail_of_logs(&self) -> String {
-        super::last_lines(&self.logs(), 40)
+        self.worker.wait_records(n, deadline, || self.runs()).await
     }
 
     /// Runs `script` (JavaScript) with node, BullMQ importable and the worker's environment
@@ -227,12 +201,5 @@ impl BullmqWorker {
     pub fn node(&self, script: &str) -> String {
         let node = std::path::Path::new("node");
         super::scripts::run(node, self.dir.path(), &self.env, "script.js", script)
-    }
-}
-
-impl Drop for BullmqWorker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! [`CeleryWorker::start`] writes a small app module (`app.py`) into a temporary directory and
 //! runs `celery -A app worker -Q <queues> --pool threads -c 4 --without-gossip --without-mingle
-//! --without-heartbeat` against a broker URL (a private redis-server), killed on drop. Each task
+//! --without-heartbeat` against a broker URL (a private redis-server), a [`Worker`] (killed on
+//! drop), ready once it says ` ready.`. Each task
 //! of the app records what ran by appending one line to a file:
 //!
 //! ```text
@@ -15,10 +16,11 @@
 //! whose directory also holds its `python`).
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
+use std::time::Duration;
 
-use super::{wait_for_records, whole_lines};
-use std::time::{Duration, Instant};
+use super::whole_lines;
+use super::worker::Worker;
 
 /// Where `script/setup` installs celery.
 const DEFAULT_CELERY: &str = "/opt/jobrelay-celery/bin/celery";
@@ -74,9 +76,8 @@ pub struct Run {
 
 /// A running celery worker.
 pub struct CeleryWorker {
-    child: Child,
+    worker: Worker,
     dir: tempfile::TempDir,
-    log: PathBuf,
     runs: PathBuf,
     celery: PathBuf,
     env: Vec<(&'static str, String)>,
@@ -99,7 +100,12 @@ impl CeleryWorker {
     /// Starts a worker consuming `queues` from `broker` (a `redis://` URL) with kombu's
     /// `global_keyprefix` `prefix` (the relay's `--namespace`), with tasks named `tasks`; waits
     /// until it says it is ready (at most 30 s).
-    pub fn start(broker: &str, prefix: &str, queues: &[&str], tasks: &[&str]) -> CeleryWorker {
+    pub async fn start(
+        broker: &str,
+        prefix: &str,
+        queues: &[&str],
+        tasks: &[&str],
+    ) -> CeleryWorker {
         let celery = celery_bin();
         let dir = tempfile::Builder::new()
             .prefix("jobrelay-celery-")
@@ -117,9 +123,8 @@ impl CeleryWorker {
             ("PYTHONPATH", dir.path().display().to_string()),
             ("PYTHONDONTWRITEBYTECODE", "1".to_owned()),
         ];
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(&celery)
-            .args(["-A", "app", "worker", "-Q", &queues.join(",")])
+        let mut cmd = Command::new(&celery);
+        cmd.args(["-A", "app", "worker", "-Q", &queues.join(",")])
             .args(["--pool", "threads", "-c", "4"])
             .args([
                 "--without-gossip",
@@ -129,45 +134,21 @@ impl CeleryWorker {
             .args(["-l", "info", "-n"])
             .arg(format!("jobrelay-test-{}@%h", std::process::id()))
             .current_dir(dir.path())
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out.try_clone().unwrap()))
-            .stderr(Stdio::from(out))
-            .spawn()
-            .expect("celery starts");
-        let mut w = CeleryWorker {
-            child,
+            .envs(env.iter().map(|(k, v)| (k, v)));
+        let worker = Worker::spawn("celery worker", cmd, log);
+        worker.wait_logged(" ready.", Duration::from_secs(30)).await;
+        CeleryWorker {
+            worker,
             dir,
-            log,
             runs,
             celery,
             env,
-        };
-        w.wait_ready(Duration::from_secs(30));
-        w
-    }
-
-    fn wait_ready(&mut self, deadline: Duration) {
-        let start = Instant::now();
-        loop {
-            if self.logs().contains(" ready.") {
-                return;
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("celery worker exited ({status}); its log:\n{}", self.logs());
-            }
-            assert!(
-                start.elapsed() < deadline,
-                "celery worker not ready after {deadline:?}; its log:\n{}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
     /// What the worker printed.
     pub fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.worker.logs()
     }
 
     /// Every run recorded so far, in the order they were recorded.
@@ -191,11 +172,7 @@ impl CeleryWorker {
 
     /// Waits until at least `n` runs are recorded, at most `deadline`.
     pub async fn wait_runs(&self, n: usize, deadline: Duration) -> Vec<Run> {
-        wait_for_records("runs", n, deadline, || self.runs(), || self.tail_of_logs()).await
-    }
-
-    fn tail_of_logs(&self) -> String {
-        super::last_lines(&self.logs(), 40)
+        self.worker.wait_records(n, deadline, || self.runs()).await
     }
 
     /// Runs `script` (Python) with celery's interpreter, the app importable as `app` (its tasks
@@ -225,11 +202,4 @@ fn run_python(
 ) -> String {
     let python = celery.parent().unwrap().join("python");
     super::scripts::run(&python, dir, env, "script.py", script)
-}
-
-impl Drop for CeleryWorker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }

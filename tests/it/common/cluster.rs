@@ -157,7 +157,7 @@ impl Cluster {
             }
             self.migrate_keys(from, to, &keys).await;
             moved += keys.len();
-            tokio::time::sleep(pause).await;
+            super::hold_for(pause, "a reshard's pace between batches").await;
         }
         self.end_migration(slot, from, to).await;
         moved

@@ -4,16 +4,16 @@
 //! [`ConsumerProcess::start`] runs it against a namespace with `--record`: each job it runs
 //! appends one JSON line ([`Run`]) to a file. Its Python comes from `script/setup` (a venv at
 //! `/opt/jobrelay-consumer` with the pinned redis-py of `examples/consumer/requirements.txt`),
-//! or from `JOBRELAY_CONSUMER_PYTHON`. Killed on drop.
+//! or from `JOBRELAY_CONSUMER_PYTHON`. A [`Worker`], killed on drop.
 
 use std::path::PathBuf;
-use std::process::Stdio;
+use std::process::Command;
 use std::time::Duration;
 
 use serde::Deserialize;
-use tokio::process::{Child, Command};
 
-use super::{wait_for_records, whole_lines, Namespace};
+use super::worker::Worker;
+use super::{whole_lines, Namespace};
 
 /// Where `script/setup` installs the consumer's Python.
 const DEFAULT_PYTHON: &str = "/opt/jobrelay-consumer/bin/python";
@@ -55,7 +55,7 @@ pub fn script() -> PathBuf {
 
 /// A running consumer.
 pub struct ConsumerProcess {
-    child: Child,
+    worker: Worker,
     dir: tempfile::TempDir,
 }
 
@@ -63,30 +63,26 @@ impl ConsumerProcess {
     /// Starts the consumer with the id `id` on `queues` of `ns`, plus `args`.
     pub fn start(ns: &Namespace, id: &str, queues: &[&str], args: &[&str]) -> ConsumerProcess {
         let dir = tempfile::tempdir().unwrap();
-        let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
         let mut cmd = Command::new(python());
         cmd.arg(script())
             .args(["--redis-url", &ns.url, "--namespace", &ns.prefix])
             .args(["--consumer-id", id])
             .arg("--record")
             .arg(dir.path().join("runs"))
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(stderr))
-            .kill_on_drop(true);
+            .args(args);
         for q in queues {
             cmd.args(["--queue", q]);
         }
+        let log = dir.path().join("log");
         ConsumerProcess {
-            child: cmd.spawn().expect("the consumer starts"),
+            worker: Worker::spawn("the consumer", cmd, log),
             dir,
         }
     }
 
-    /// What it wrote to stderr.
-    pub fn stderr(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default()
+    /// What it printed.
+    pub fn logs(&self) -> String {
+        self.worker.logs()
     }
 
     /// Every run recorded so far.
@@ -99,22 +95,13 @@ impl ConsumerProcess {
 
     /// At least `n` runs within `deadline`.
     pub async fn wait_runs(&self, n: usize, deadline: Duration) -> Vec<Run> {
-        wait_for_records("runs", n, deadline, || self.runs(), || self.stderr()).await
+        self.worker.wait_records(n, deadline, || self.runs()).await
     }
 
     /// SIGTERM, then its exit code within 10 s (it finishes the job in hand).
     pub async fn stop(&mut self) -> i32 {
-        let pid = self.child.id().expect("running");
-        let ok = std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -TERM {pid}");
-        let status = tokio::time::timeout(Duration::from_secs(10), self.child.wait())
-            .await
-            .unwrap_or_else(|_| panic!("the consumer did not stop:\n{}", self.stderr()))
-            .unwrap();
+        self.worker.signal("TERM");
+        let status = self.worker.wait_exit(Duration::from_secs(10)).await;
         status.code().unwrap_or(-1)
     }
 }

@@ -420,7 +420,7 @@ async fn work_once(c: &Conveyor, id: &str, queues: &[String], hook: Option<&Hook
         Err(e) => {
             log.error(format!("pop: {e}"));
             // A consumer's backoff after a failed pop (as conveyor's worker does), not a wait.
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            super::hold_for(Duration::from_millis(100), "the backoff").await;
             return;
         }
     };

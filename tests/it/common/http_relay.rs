@@ -2,13 +2,13 @@
 //! file of its own, for tests that read its counters and warnings.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sqlx::PgPool;
 
 use super::child::RelayChild;
 use super::http::{http_get, status_of};
-use super::{database_url_of, free_port};
+use super::{database_url_of, eventually_every, free_port};
 
 /// The relay; killed on drop, its log directory removed.
 pub struct HttpRelay {
@@ -47,15 +47,13 @@ impl HttpRelay {
 
     /// Waits (30 s at most) until it answers /readyz with 200.
     pub async fn ready(&self) {
-        let start = Instant::now();
-        while status_of(self.port, "/readyz").await != 200 {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "relay not ready after 30 s; logs:\n{}",
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let ready = || async { status_of(self.port, "/readyz").await == 200 };
+        let ready = eventually_every(Duration::from_secs(30), Duration::from_millis(50), ready);
+        assert!(
+            ready.await,
+            "relay not ready after 30 s; logs:\n{}",
+            self.logs()
+        );
     }
 
     /// Its log so far.

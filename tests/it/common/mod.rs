@@ -25,6 +25,7 @@ pub mod rq;
 pub mod scripts;
 pub mod sentinel;
 pub mod sidekiq;
+pub mod worker;
 
 use std::future::Future;
 use std::process::Stdio;
@@ -292,22 +293,85 @@ pub async fn database_url_of(pool: &PgPool) -> String {
     url.to_string()
 }
 
-/// Polls `cond` until it holds or `deadline` passes; panics with `what` on timeout.
-pub async fn wait_until<F, Fut>(what: &str, deadline: Duration, mut cond: F)
+/// Calls `check` every `every` until it gives `Some`, at most `deadline` (at least once);
+/// `None` if it never did. The one place the tests' waits on a condition sleep.
+pub async fn poll<T, F, Fut>(deadline: Duration, every: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return Some(v);
+        }
+        if start.elapsed() > deadline {
+            return None;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// [`poll`] for code that cannot await (a server's start in a constructor, a script's run):
+/// blocks the thread between looks.
+pub fn poll_blocking<T>(
+    deadline: Duration,
+    every: Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check() {
+            return Some(v);
+        }
+        if start.elapsed() > deadline {
+            return None;
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// Polls `cond` (every 20 ms) until it holds, at most `deadline`: whether it did.
+pub async fn eventually<F, Fut>(deadline: Duration, mut cond: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let start = Instant::now();
-    loop {
-        if cond().await {
-            return;
-        }
-        if start.elapsed() > deadline {
-            panic!("timed out after {deadline:?} waiting for: {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    eventually_every(deadline, Duration::from_millis(20), &mut cond).await
+}
+
+/// [`eventually`], looking every `every`.
+pub async fn eventually_every<F, Fut>(deadline: Duration, every: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let check = || {
+        let holds = cond();
+        async move { holds.await.then_some(()) }
+    };
+    poll(deadline, every, check).await.is_some()
+}
+
+/// Polls `cond` until it holds or `deadline` passes; panics with `what` on timeout.
+pub async fn wait_until<F, Fut>(what: &str, deadline: Duration, cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    if !eventually(deadline, cond).await {
+        panic!("timed out after {deadline:?} waiting for: {what}");
     }
+}
+
+/// Lets `d` pass where the passing time *is* the test, not a wait for something to happen:
+/// a window in which nothing may change, a process held stopped, the pace of a steady stream.
+/// `why` says which (printed when JOBRELAY_TEST_LOGS is set).
+pub async fn hold_for(d: Duration, why: &str) {
+    if std::env::var_os("JOBRELAY_TEST_LOGS").is_some() {
+        eprintln!("holding {d:?}: {why}");
+    }
+    tokio::time::sleep(d).await;
 }
 
 /// The last `n` lines of `text` (a child's log, for a failure message).
@@ -338,20 +402,18 @@ pub async fn wait_for_records<T>(
     records: impl Fn() -> Vec<T>,
     context: impl Fn() -> String,
 ) -> Vec<T> {
-    let start = Instant::now();
-    loop {
+    let got = poll(deadline, Duration::from_millis(50), || {
         let got = records();
-        if got.len() >= n {
-            return got;
-        }
-        assert!(
-            start.elapsed() < deadline,
+        async move { (got.len() >= n).then_some(got) }
+    })
+    .await;
+    got.unwrap_or_else(|| {
+        panic!(
             "{} {what} of {n} within {deadline:?}; worker output:\n{}",
-            got.len(),
+            records().len(),
             context()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        )
+    })
 }
 
 /// A free TCP port on 127.0.0.1.

@@ -8,7 +8,7 @@
 //! it, so the child's pid is PgBouncer's own).
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How PgBouncer assigns server connections to clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,15 +90,14 @@ impl PgBouncer {
             .spawn()
             .expect("/usr/sbin/pgbouncer starts (apt-get install pgbouncer)");
         let bouncer = PgBouncer { port, dir, child };
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "PgBouncer did not listen within 10 s: {}",
-                bouncer.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let listens = || std::net::TcpStream::connect(("127.0.0.1", port)).ok();
+        let listens =
+            super::poll_blocking(Duration::from_secs(10), Duration::from_millis(20), listens);
+        assert!(
+            listens.is_some(),
+            "PgBouncer did not listen within 10 s: {}",
+            bouncer.log()
+        );
         bouncer
     }
 

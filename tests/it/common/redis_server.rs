@@ -2,7 +2,7 @@
 //! port, kill it. Never touches the shared Redis.
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::pg_server::Certs;
 
@@ -107,12 +107,11 @@ impl RedisServer {
     }
 
     fn wait_ready(&self, deadline: Duration) {
-        let start = Instant::now();
         let addr = format!("127.0.0.1:{}", self.port);
-        loop {
+        let up = || {
             if self.tls_ca.is_some() {
                 if self.answers_ping_over_tls() {
-                    return;
+                    return Some(());
                 }
             } else if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
                 use std::io::{Read, Write};
@@ -123,22 +122,16 @@ impl RedisServer {
                     if s.read_exact(&mut buf).is_ok()
                         && (&buf == b"+PONG\r\n" || buf.starts_with(b"-NOAUTH"))
                     {
-                        return;
+                        return Some(());
                     }
                 }
             }
-            if self.extra.iter().any(|a| a == "--tls-port") {
-                // A TLS-only server will not answer plain PING; a listening port is enough.
-                if std::net::TcpStream::connect(&addr).is_ok() {
-                    return;
-                }
-            }
-            assert!(
-                start.elapsed() < deadline,
-                "redis-server on {addr} did not come up"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            // A TLS-only server will not answer plain PING; a listening port is enough.
+            let tls_only = self.extra.iter().any(|a| a == "--tls-port");
+            (tls_only && std::net::TcpStream::connect(&addr).is_ok()).then_some(())
+        };
+        let up = super::poll_blocking(deadline, Duration::from_millis(20), up);
+        assert!(up.is_some(), "redis-server on {addr} did not come up");
     }
 
     /// Whether the server answers PING over TLS (`NOAUTH`, from a server that requires a

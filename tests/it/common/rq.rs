@@ -2,8 +2,8 @@
 //!
 //! [`RqWorker::start`] writes a small module of task functions (`jobs.py`, and `app/tasks.py`
 //! for the docs' example) into a temporary directory and runs `rq worker --serializer json
-//! --url <redis> <queues>` (with `--burst`, or `--with-scheduler` to run delayed jobs too),
-//! killed on drop. Each task records what ran by appending one line to a file:
+//! --url <redis> <queues>` (with `--burst`, or `--with-scheduler` to run delayed jobs too), a
+//! [`Worker`] (killed on drop; no readiness signal is waited for: the runs are). Each task records what ran by appending one line to a file:
 //!
 //! ```text
 //! <job id>\t<args as JSON>\t<kwargs as JSON>\t<meta as JSON>\t<unix time it ran>\t<func_name>
@@ -15,9 +15,10 @@
 //! `python`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
+use super::worker::Worker;
 use super::{wait_for_records, whole_lines};
 
 /// Where `script/setup` installs RQ.
@@ -122,9 +123,8 @@ impl RqApp {
     /// `--with-scheduler`); `name` names its log.
     pub fn worker(&self, name: &str, queues: &[&str], flags: &[&str]) -> RqWorker {
         let log = self.dir.path().join(format!("{name}.log"));
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(rq_bin())
-            .arg("worker")
+        let mut cmd = Command::new(rq_bin());
+        cmd.arg("worker")
             .args(["--serializer", "json", "--url", &self.url])
             .args([
                 "--name",
@@ -133,13 +133,8 @@ impl RqApp {
             .args(flags)
             .args(queues)
             .current_dir(self.dir.path())
-            .envs(self.env())
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out.try_clone().unwrap()))
-            .stderr(Stdio::from(out))
-            .spawn()
-            .expect("rq worker starts");
-        RqWorker { child, log }
+            .envs(self.env());
+        Worker::spawn("rq worker", cmd, log)
     }
 
     /// Every run recorded so far, in the order they were recorded.
@@ -179,46 +174,8 @@ impl RqApp {
     }
 }
 
-/// A running `rq worker`, killed on drop.
-pub struct RqWorker {
-    child: Child,
-    log: PathBuf,
-}
-
-impl RqWorker {
-    /// What the worker printed.
-    pub fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits for a `--burst` worker to exit (at most `deadline`); its exit status must be 0.
-    pub async fn wait_exit(&mut self, deadline: Duration) {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                assert!(
-                    status.success(),
-                    "rq worker: {status}; its log:\n{}",
-                    self.logs()
-                );
-                return;
-            }
-            assert!(
-                start.elapsed() < deadline,
-                "rq worker still running after {deadline:?}; its log:\n{}",
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-impl Drop for RqWorker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// A running `rq worker`.
+pub type RqWorker = Worker;
 
 /// Runs `script` with the python beside `rq`, in `dir`, with `env`.
 fn run_python(dir: &Path, env: &[(&'static str, String)], script: &str) -> String {

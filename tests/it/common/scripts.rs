@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -67,17 +67,12 @@ pub fn run(
     };
     let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
     let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{name} still running after 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let every = Duration::from_millis(20);
+    let exited = super::poll_blocking(Duration::from_secs(30), every, || child.try_wait().unwrap());
+    let Some(status) = exited else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{name} still running after 30 s");
     };
     let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
     assert!(

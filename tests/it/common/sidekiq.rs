@@ -8,14 +8,15 @@
 //! one line each in `runs.log` (when it ran, then the job hash as the worker handed it to its
 //! middleware, as JSON), written through at once (`sync`). It polls the scheduled set about
 //! every second (`poll_interval_average` 1, as an application may configure it; Sidekiq's
-//! default is every 5 s per process after a first wait of 10-15 s). The worker is killed when
-//! the value is dropped.
+//! default is every 5 s per process after a first wait of 10-15 s). The worker (a
+//! [`Worker`]) is killed when the value is dropped.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use super::{wait_for_records, whole_lines};
-use std::time::{Duration, Instant};
+use super::whole_lines;
+use super::worker::Worker;
 
 /// The application the worker loads (`sidekiq -r app.rb`) and the Ruby scripts require.
 const APP_RB: &str = r#"# A jobrelay test's Sidekiq application: job classes that do nothing, and a server middleware
@@ -77,9 +78,10 @@ impl Run {
 
 /// A Sidekiq application directory, its worker (once started) and its Redis.
 pub struct Sidekiq {
+    /// First: killed before its directory goes.
+    worker: Option<Worker>,
     pub dir: tempfile::TempDir,
     pub redis_url: String,
-    worker: Option<Child>,
 }
 
 /// Whether the `sidekiq` program is installed (`script/setup` installs Debian's `ruby-sidekiq`).
@@ -104,9 +106,9 @@ impl Sidekiq {
         std::fs::write(dir.path().join("app.rb"), APP_RB).unwrap();
         std::fs::write(dir.path().join("runs.log"), "").unwrap();
         Sidekiq {
+            worker: None,
             dir,
             redis_url: redis_url.to_owned(),
-            worker: None,
         }
     }
 
@@ -114,20 +116,10 @@ impl Sidekiq {
         self.dir.path().join("app.rb")
     }
 
-    fn worker_log(&self) -> PathBuf {
-        self.dir.path().join("worker.log")
-    }
-
-    /// What the worker wrote to stdout and stderr so far.
-    pub fn worker_output(&self) -> String {
-        std::fs::read_to_string(self.worker_log()).unwrap_or_default()
-    }
-
     /// Starts `sidekiq -r app.rb -q <queue>... -c <concurrency>` and waits (up to 30 s) until
     /// it has registered itself in Redis (`processes`), i.e. it is fetching.
     pub async fn start(&mut self, queues: &[&str], concurrency: u32) {
         assert!(self.worker.is_none(), "already started");
-        let log = std::fs::File::create(self.worker_log()).unwrap();
         let mut cmd = Command::new("sidekiq");
         cmd.arg("-r")
             .arg(self.app())
@@ -135,46 +127,37 @@ impl Sidekiq {
             .arg(concurrency.to_string())
             .current_dir(self.dir.path())
             .env("REDIS_URL", &self.redis_url)
-            .env("RACK_ENV", "production")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone().unwrap()))
-            .stderr(Stdio::from(log));
+            .env("RACK_ENV", "production");
         for q in queues {
             cmd.arg("-q").arg(q);
         }
-        self.worker = Some(cmd.spawn().expect("sidekiq starts"));
+        let log = self.dir.path().join("worker.log");
+        let worker = self.worker.insert(Worker::spawn("sidekiq", cmd, log));
         let client = redis::Client::open(self.redis_url.as_str()).unwrap();
-        let start = Instant::now();
-        loop {
-            if let Ok(mut con) = client.get_multiplexed_async_connection().await {
+        let registered = || {
+            let client = client.clone();
+            async move {
+                let Ok(mut con) = client.get_multiplexed_async_connection().await else {
+                    return false;
+                };
                 let n: usize = redis::cmd("SCARD")
                     .arg("processes")
                     .query_async(&mut con)
                     .await
                     .unwrap_or(0);
-                if n > 0 {
-                    return;
-                }
+                n > 0
             }
-            if let Some(status) = self.worker.as_mut().unwrap().try_wait().unwrap() {
-                panic!("sidekiq exited ({status}):\n{}", self.worker_output());
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "sidekiq did not register within 30 s:\n{}",
-                self.worker_output()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        };
+        let signal = "registered in `processes`";
+        worker
+            .wait_ready(signal, Duration::from_secs(30), registered)
+            .await;
     }
 
     /// Stops the worker (kill -9: what it had not finished is lost, which a test that waited
     /// for its runs does not mind).
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.worker.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.worker = None;
     }
 
     /// The jobs that ran so far, in the order they finished.
@@ -184,8 +167,8 @@ impl Sidekiq {
 
     /// Waits until at least `n` jobs ran, at most `deadline`.
     pub async fn wait_for_runs(&self, n: usize, deadline: Duration) -> Vec<Run> {
-        let output = || self.worker_output();
-        wait_for_records("jobs ran", n, deadline, || self.runs(), output).await
+        let worker = self.worker.as_ref().expect("started");
+        worker.wait_records(n, deadline, || self.runs()).await
     }
 
     /// Runs `ruby -e <script>` with the application and Sidekiq's API loaded and REDIS_URL
@@ -216,12 +199,6 @@ impl Sidekiq {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8(out.stdout).expect("UTF-8 output")
-    }
-}
-
-impl Drop for Sidekiq {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 

@@ -133,7 +133,8 @@ async fn failover_run(pool: &PgPool, kind: Failover, server_args: &[&str]) -> Ru
             || async move { llen_at(n, &nsr.key("queue:default")).await >= 200 },
         )
         .await;
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        let why = "the relay writes to the first primary a while before the failover";
+        hold_for(Duration::from_secs(3), why).await;
         llen_at(&old_url, &ns.key("queue:default")).await
     };
     let started = Instant::now();
@@ -199,7 +200,8 @@ async fn failover_run(pool: &PgPool, kind: Failover, server_args: &[&str]) -> Ru
     println!(
         "{kind:?}: the relay wrote to the new primary {followed_after:?} after the failover began"
     );
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    let why = "the stream goes on a while against the new primary";
+    hold_for(Duration::from_secs(8), why).await;
     let inserted = inserter.finish().await;
     wait_pending_at_most(pool, 0, Duration::from_secs(120)).await;
     assert!(relay.running());

@@ -31,7 +31,11 @@ async fn redis_killed_mid_drain_and_restarted_everything_arrives_once(
     // The batch in flight settles within --push-timeout (2 s): it rolls back, or commits the
     // script calls Redis acknowledged before it died and keeps the rest. Not waiting for work:
     // 3 s of the 5 s outage; the count sampled then must hold until Redis returns (below).
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    hold_for(
+        Duration::from_secs(3),
+        "the outage lasts; the batch in flight settles",
+    )
+    .await;
     let pending_early = pending_count(&pool).await;
     assert!(pending_early > 0);
     // Redis stays down 5 s: nothing more may be deleted, and no row may count an attempt.
@@ -42,7 +46,11 @@ async fn redis_killed_mid_drain_and_restarted_everything_arrives_once(
             "an outage counted an attempt"
         );
         assert_eq!(dead_count(&pool).await, 0);
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        hold_for(
+            Duration::from_millis(100),
+            "between looks during the outage",
+        )
+        .await;
     }
     assert_eq!(
         pending_count(&pool).await,
@@ -117,7 +125,7 @@ async fn stalled_redis_times_out_rolls_back_and_resumes(pool: PgPool) {
         if pending_settled.is_none() && stalled.elapsed() > Duration::from_millis(2500) {
             pending_settled = Some(pending_count(&pool).await);
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        hold_for(Duration::from_millis(50), "between looks during the stall").await;
     }
     let pending_stalled = pending_count(&pool).await;
     assert_eq!(
@@ -181,21 +189,27 @@ async fn postgres_sessions_cut_mid_batch_lose_nothing(pool: PgPool) {
     let (mut cuts, mut in_tx) = (0, 0i64);
     let started = Instant::now();
     while cuts < 12 && pending_count(&pool).await > 0 {
-        assert!(started.elapsed() < drain_deadline(ROWS as u64), "too slow");
         let all = cuts % 3 == 2;
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM (
-                 SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                 WHERE datname = current_database() AND application_name = 'jobrelay'
-                   AND pid <> pg_backend_pid() AND ($1 OR xact_start IS NOT NULL)) t",
-        )
-        .bind(all)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+        // A cut the moment a session is seen; none (0) once the rows are drained.
+        let cut = || async {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM (
+                     SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                     WHERE datname = current_database() AND application_name = 'jobrelay'
+                       AND pid <> pg_backend_pid() AND ($1 OR xact_start IS NOT NULL)) t",
+            )
+            .bind(all)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            (n > 0 || pending_count(&pool).await == 0).then_some(n)
+        };
+        let left = drain_deadline(ROWS as u64).saturating_sub(started.elapsed());
+        let n = poll(left, Duration::from_millis(5), cut)
+            .await
+            .expect("too slow");
         if n == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            continue;
+            break;
         }
         if !all {
             in_tx += n;
@@ -207,7 +221,8 @@ async fn postgres_sessions_cut_mid_batch_lose_nothing(pool: PgPool) {
             "a cut counted an attempt"
         );
         // Not waiting for work: the fault's cadence, a cut every 50-250 ms.
-        tokio::time::sleep(Duration::from_millis(rng.random_range(50..250))).await;
+        let cadence = Duration::from_millis(rng.random_range(50..250));
+        hold_for(cadence, "the fault's cadence").await;
     }
     println!("cut {cuts} times; {in_tx} sessions terminated inside a transaction");
     assert!(
@@ -269,7 +284,7 @@ async fn readonly_and_masterdown_are_transient(pool: PgPool) {
         )
         .await;
         // Not waiting for work: a window of a few more tries, in which nothing may change.
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        hold_for(Duration::from_secs(2), "a few more tries change nothing").await;
         assert_eq!(pending_count(&pool).await, 2_000);
         assert_eq!(
             max_attempts_pending(&pool).await,
@@ -369,7 +384,11 @@ async fn outages_are_logged_once_and_retried_at_a_bounded_rate(pool: PgPool) {
         // The batch in flight settles within --push-timeout (5 s): it rolls back, or commits
         // the script calls Redis acknowledged before the outage and keeps the rest. Not waiting
         // for work: 6 s of the 9 s outage; the count sampled then must hold until its end.
-        tokio::time::sleep(Duration::from_secs(6)).await;
+        hold_for(
+            Duration::from_secs(6),
+            "the outage lasts; the batch in flight settles",
+        )
+        .await;
         let pending_down = pending_count(&pool).await;
         while down.elapsed() < Duration::from_secs(9) {
             assert_eq!(
@@ -377,7 +396,11 @@ async fn outages_are_logged_once_and_retried_at_a_bounded_rate(pool: PgPool) {
                 0,
                 "{name} outage counted an attempt"
             );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            hold_for(
+                Duration::from_millis(100),
+                "between looks during the outage",
+            )
+            .await;
         }
         assert_eq!(
             pending_count(&pool).await,
@@ -493,7 +516,8 @@ async fn acknowledged_pushes_survive_an_oom_outage_longer_than_the_dedup_ttl(poo
         "{landed} jobs landed before the OOM"
     );
     // Not synchronisation: the outage must outlast the markers (the scenario).
-    tokio::time::sleep(Duration::from_secs(TTL_SECONDS * 5 / 2)).await;
+    let outlast = Duration::from_secs(TTL_SECONDS * 5 / 2);
+    hold_for(outlast, "the outage outlasts the markers").await;
     assert_eq!(
         ns.marker_count().await,
         0,

@@ -24,7 +24,8 @@ async fn kill_9_five_times_during_a_drain_loses_and_doubles_nothing(
         let mut relay = logs.start(&db, &redis.url(), &ns, &layout.args());
         wait_drained_to(&pool, ROWS - drained).await;
         // Not waiting for work: a random delay so that the kill lands anywhere in a batch.
-        tokio::time::sleep(Duration::from_millis(rng.random_range(0..80))).await;
+        let delay = Duration::from_millis(rng.random_range(0..80));
+        hold_for(delay, "the kill lands anywhere in a batch").await;
         assert!(relay.running(), "relay {k} exited on its own");
         relay.child.kill9().await;
         let pending = pending_count(&pool).await;
@@ -184,44 +185,39 @@ async fn a_frozen_relay_gives_its_rows_up_after_the_idle_transaction_timeout(poo
     let mut frozen = logs.start(&db, &redis.url(), &ns, &args);
 
     // Freeze it while one of its batches is between claim and commit.
-    let started = Instant::now();
-    loop {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "never caught a batch in hand"
-        );
+    let every = Duration::from_millis(5);
+    let caught = eventually_every(Duration::from_secs(60), every, || async {
         assert!(pending_count(&pool).await > 0, "drained before the freeze");
-        if relay_transactions(&pool).await.0 > 0 {
-            frozen.child.signal("STOP");
-            // Not waiting for work: lets the stop take hold before the look below (a miss
-            // resumes the relay and tries again, within the deadline above).
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            // Frozen with a transaction open *and* rows claimed in it (not, say, between
-            // BEGIN and its claim, or in a one-statement poll that the server finished).
-            let unlocked: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM (SELECT 1 FROM pending_jobs FOR UPDATE SKIP LOCKED) t",
-            )
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-            if relay_transactions(&pool).await.0 > 0 && unlocked < pending_count(&pool).await {
-                break;
-            }
-            frozen.child.signal("CONT");
+        if relay_transactions(&pool).await.0 == 0 {
+            return false;
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+        frozen.child.signal("STOP");
+        // Not waiting for work: lets the stop take hold before the look below (a miss
+        // resumes the relay and tries again, within the deadline).
+        let why = "the stop takes hold before the look";
+        hold_for(Duration::from_millis(100), why).await;
+        // Frozen with a transaction open *and* rows claimed in it (not, say, between
+        // BEGIN and its claim, or in a one-statement poll that the server finished).
+        let unlocked: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT 1 FROM pending_jobs FOR UPDATE SKIP LOCKED) t",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if relay_transactions(&pool).await.0 > 0 && unlocked < pending_count(&pool).await {
+            return true;
+        }
+        frozen.child.signal("CONT");
+        false
+    })
+    .await;
+    assert!(caught, "never caught a batch in hand");
     let froze = Instant::now();
     let mut other = logs.start(&db, &redis.url(), &ns, &args);
     // The other relay takes every row but the locked ones (SKIP LOCKED): none is claimable, and
     // the count holds still (no batch of the other relay in flight) ...
-    let waiting = Instant::now();
-    let mut last = None;
-    let locked = loop {
-        assert!(
-            waiting.elapsed() < drain_deadline(ROWS as u64),
-            "the other relay stalled"
-        );
+    let last = std::cell::Cell::new(None);
+    let still = || async {
         let unlocked: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM (SELECT 1 FROM pending_jobs FOR UPDATE SKIP LOCKED) t",
         )
@@ -229,12 +225,16 @@ async fn a_frozen_relay_gives_its_rows_up_after_the_idle_transaction_timeout(poo
         .await
         .unwrap();
         let pending = pending_count(&pool).await;
-        if unlocked == 0 && last == Some(pending) {
-            break pending;
+        if unlocked == 0 && last.get() == Some(pending) {
+            return Some(pending);
         }
-        last = (unlocked == 0).then_some(pending);
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        last.set((unlocked == 0).then_some(pending));
+        None
     };
+    let deadline = drain_deadline(ROWS as u64);
+    let locked = poll(deadline, Duration::from_millis(200), still)
+        .await
+        .expect("the other relay stalled");
     // The default workers, each with at most one default-sized batch.
     let most = (jobrelay::config::DEFAULT_WORKERS * jobrelay::config::DEFAULT_BATCH_SIZE) as i64;
     assert!(

@@ -40,7 +40,7 @@ async fn most_connections(pool: &PgPool, ns: &Namespace, args: &[&str]) -> (i64,
         tokio::spawn(async move {
             while !stop.is_cancelled() {
                 most.fetch_max(relay_connections(&pool).await, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(2)).await;
+                hold_for(Duration::from_millis(2), "between samples").await;
             }
         })
     };
@@ -50,8 +50,8 @@ async fn most_connections(pool: &PgPool, ns: &Namespace, args: &[&str]) -> (i64,
             ns.llen("queue:burst").await == burst * 3000
         })
         .await;
-        // Idle long enough for the wake-up lock to be released and taken again.
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // Idle until the wake-up lock is released (the next burst takes it again).
+        released(pool).await;
     }
     stop.cancel();
     sampler.await.unwrap();
@@ -155,7 +155,7 @@ async fn too_many_connections_scenario(pool: &PgPool, role: &str) {
     )
     .await;
     // Several probes and batches fail meanwhile: one episode, logged once.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    hold_for(Duration::from_secs(3), "the refusals last; one episode").await;
     let (status, body) = d.get("/readyz").await;
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("too many connections for role"), "{body}");
@@ -225,7 +225,7 @@ impl SteadyProducer {
                 while !stop.is_cancelled() {
                     insert_rows(&pool, 20, "steady").await;
                     inserted.fetch_add(20, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    hold_for(Duration::from_millis(20), "the producer's pace").await;
                 }
             })
         };
@@ -253,7 +253,12 @@ async fn a_primary_gone_silent_is_noticed_and_survived(pool: PgPool) {
     // Producers keep committing (straight to the server) while the relay's server goes
     // silent: the relay is busy, its workers, wake-up lock and listener all hold connections.
     let producer = SteadyProducer::start(&pool);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_until(
+        "the relay relays the steady stream",
+        Duration::from_secs(10),
+        || async { ns.llen("queue:steady").await > 0 },
+    )
+    .await;
     proxy.blackhole();
     let port = d.port;
     wait_until(
@@ -293,8 +298,9 @@ async fn a_primary_gone_silent_is_noticed_and_survived(pool: PgPool) {
         },
     )
     .await;
-    // Idle, with a 30 s poll interval: only a notification relays a row this fast.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Idle (the wake-up lock released), with a 30 s poll interval: only a notification relays
+    // a row this fast.
+    released(&pool).await;
     insert_rows(&pool, 1, "after").await;
     wait_until(
         "a row committed after the recovery is relayed on its notification",

@@ -105,15 +105,13 @@ impl Relay {
             "info",
         );
         let relay = Relay { child, port, dir };
-        let start = Instant::now();
-        while http_get(port, "/readyz").await.map(|r| r.0).ok() != Some(200) {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "relay not ready after 30 s; logs:\n{}",
-                relay.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let ready = || async { http_get(port, "/readyz").await.map(|r| r.0).ok() == Some(200) };
+        let ready = eventually_every(Duration::from_secs(30), Duration::from_millis(50), ready);
+        assert!(
+            ready.await,
+            "relay not ready after 30 s; logs:\n{}",
+            relay.logs()
+        );
         relay
     }
 
@@ -229,20 +227,26 @@ async fn idle_half_sent_and_kept_alive_connections_are_closed_while_healthz_answ
         .collect();
 
     // /healthz keeps answering while they are open, until the relay has closed them all.
-    let mut answers = 0;
-    while !waiters.iter().all(|w| w.is_finished()) {
-        assert!(
-            opened.elapsed() < DEADLINE,
-            "{} of {SOCKETS} connections still open after {DEADLINE:?}; logs:\n{}",
-            waiters.iter().filter(|w| !w.is_finished()).count(),
-            relay.logs()
-        );
+    let answers = std::cell::Cell::new(0);
+    let left = DEADLINE.saturating_sub(opened.elapsed());
+    let closed_all = eventually_every(left, Duration::from_millis(200), || async {
+        if waiters.iter().all(|w| w.is_finished()) {
+            return true;
+        }
         relay
             .assert_healthy("while the bad connections are open")
             .await;
-        answers += 1;
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        answers.set(answers.get() + 1);
+        false
+    })
+    .await;
+    assert!(
+        closed_all,
+        "{} of {SOCKETS} connections still open after {DEADLINE:?}; logs:\n{}",
+        waiters.iter().filter(|w| !w.is_finished()).count(),
+        relay.logs()
+    );
+    let answers = answers.get();
     let mut closed = Vec::new();
     for w in waiters {
         closed.push(w.await.unwrap());

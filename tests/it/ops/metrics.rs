@@ -110,20 +110,21 @@ pub(super) async fn insert_one_row_per_outcome(pool: &PgPool, ns: &Namespace) ->
 
 /// The metrics once the backlog gauges (sampled every 5 s) show 2 dead and 1 pending.
 pub(super) async fn scrape_once_gauges_caught_up(d: &Daemon) -> Metrics {
-    let start = Instant::now();
-    loop {
+    let caught_up = || async {
         let m = d.metrics().await;
-        if m.try_get("jobrelay_dead_jobs") == Some(2.0)
-            && m.try_get("jobrelay_pending_jobs") == Some(1.0)
-        {
-            return m;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(12),
-            "gauges never caught up:\n{}",
-            m.text
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        (m.try_get("jobrelay_dead_jobs") == Some(2.0)
+            && m.try_get("jobrelay_pending_jobs") == Some(1.0))
+        .then_some(m)
+    };
+    match poll(
+        Duration::from_secs(12),
+        Duration::from_millis(200),
+        caught_up,
+    )
+    .await
+    {
+        Some(m) => m,
+        None => panic!("gauges never caught up:\n{}", d.metrics().await.text),
     }
 }
 

@@ -43,6 +43,29 @@ use crate::common::*;
 use sqlx::PgPool;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// Whether a relay holds the wake-up lock of `pending_jobs` in this test's database.
+pub(super) async fn wakeup_lock_held(pool: &PgPool) -> bool {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks
+                        WHERE locktype = 'advisory' AND granted AND classid = 27250
+                          AND database = (SELECT oid FROM pg_database
+                                          WHERE datname = current_database()))",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Waits until the relay is idle: its wake-up lock released. Then only a notification wakes it
+/// before its next poll.
+pub(super) async fn released(pool: &PgPool) {
+    wait_until(
+        "the wake-up lock is released",
+        Duration::from_secs(10),
+        || async { !wakeup_lock_held(pool).await },
+    )
+    .await;
+}
 /// The daemon as a child process: HTTP on a free port, JSON logs to a file, stdout to a file.
 struct Daemon {
     child: tokio::process::Child,
@@ -127,15 +150,13 @@ impl Daemon {
     }
 
     async fn wait_ready(&self, deadline: Duration) {
-        let start = Instant::now();
-        while status_of(self.port, "/readyz").await != 200 {
-            assert!(
-                start.elapsed() < deadline,
-                "daemon not ready after {deadline:?}; logs:\n{}",
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let ready = || async { status_of(self.port, "/readyz").await == 200 };
+        let ready = eventually_every(deadline, Duration::from_millis(50), ready).await;
+        assert!(
+            ready,
+            "daemon not ready after {deadline:?}; logs:\n{}",
+            self.logs()
+        );
     }
 
     /// SIGTERM, then the exit code within `deadline`.

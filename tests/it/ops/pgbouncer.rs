@@ -20,19 +20,6 @@ async fn db_name(pool: &PgPool) -> String {
         .unwrap()
 }
 
-/// Whether a relay holds the wake-up lock of `pending_jobs` in this test's database.
-async fn wakeup_lock_held(pool: &PgPool) -> bool {
-    sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM pg_locks
-                        WHERE locktype = 'advisory' AND granted AND classid = 27250
-                          AND database = (SELECT oid FROM pg_database
-                                          WHERE datname = current_database()))",
-    )
-    .fetch_one(pool)
-    .await
-    .unwrap()
-}
-
 /// Log events at WARN or above whose message does not start with one of `allowed`.
 fn unexpected_warnings(d: &Daemon, allowed: &[&str]) -> Vec<String> {
     d.events()
@@ -48,22 +35,19 @@ fn unexpected_warnings(d: &Daemon, allowed: &[&str]) -> Vec<String> {
 
 /// Waits until `n` more jobs of `queue` are in Redis, asserting `/readyz` 200 all along.
 async fn relayed_while_ready(d: &Daemon, ns: &Namespace, queue: &str, n: usize, within: Duration) {
-    let key = format!("queue:{queue}");
-    let start = Instant::now();
-    loop {
+    let key = &format!("queue:{queue}");
+    let relayed = eventually_every(within, Duration::from_millis(50), || async move {
         let (status, body) = d.get("/readyz").await;
         assert_eq!(status, 200, "/readyz while relaying {queue}: {body}");
-        if ns.llen(&key).await == n {
-            return;
-        }
-        assert!(
-            start.elapsed() < within,
-            "{n} jobs of {queue} not relayed within {within:?} ({} are); logs:\n{}",
-            ns.llen(&key).await,
-            d.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        ns.llen(key).await == n
+    })
+    .await;
+    assert!(
+        relayed,
+        "{n} jobs of {queue} not relayed within {within:?} ({} are); logs:\n{}",
+        ns.llen(key).await,
+        d.logs()
+    );
 }
 
 /// An application's connection through `bouncer`: no startup parameter PgBouncer refuses,
@@ -133,7 +117,7 @@ async fn relays_through_pgbouncer_in_session_mode_with_notifications(pool: PgPoo
     for i in 1..=3 {
         // Idle again (the wake-up lock released): only a notification wakes it before its
         // 30 s poll.
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        released(&pool).await;
         insert_rows(&pool, 1, "single").await;
         relayed_while_ready(&d, &ns, "single", i, Duration::from_secs(5)).await;
     }
@@ -166,7 +150,7 @@ impl Applications {
                 while !stop.is_cancelled() {
                     seen.insert(server_connection_state(&mut con).await);
                     samples += 1;
-                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    hold_for(Duration::from_millis(5), "an application's pace").await;
                 }
                 (seen, samples)
             }));
@@ -194,35 +178,30 @@ impl Applications {
 /// Three bursts of 2,000 rows, each relayed with `/readyz` at 200; whether the relay was seen
 /// holding its wake-up lock meanwhile.
 async fn bursts_seeing_the_lock(pool: &PgPool, d: &Daemon, ns: &Namespace) -> bool {
-    let mut lock_seen = false;
+    let lock_seen = std::cell::Cell::new(false);
     for burst in 1..=3 {
         insert_rows(pool, 2000, "burst").await;
-        let start = Instant::now();
-        while ns.llen("queue:burst").await < burst * 2000 {
-            lock_seen |= wakeup_lock_held(pool).await;
+        let relayed = eventually(Duration::from_secs(60), || async {
+            if ns.llen("queue:burst").await >= burst * 2000 {
+                return true;
+            }
+            lock_seen.set(lock_seen.get() | wakeup_lock_held(pool).await);
             let (status, body) = d.get("/readyz").await;
             assert_eq!(status, 200, "/readyz while relaying: {body}");
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "burst {burst} not relayed; logs:\n{}",
-                d.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            false
+        })
+        .await;
+        assert!(relayed, "burst {burst} not relayed; logs:\n{}", d.logs());
     }
-    lock_seen
+    lock_seen.get()
 }
 
 /// Waits until the wake-up lock is released (committed) once the relay is idle: its server
 /// connection goes back to PgBouncer, and to the application's next transaction.
 async fn idle(pool: &PgPool) {
-    wait_until(
-        "the wake-up lock is released",
-        Duration::from_secs(10),
-        || async { !wakeup_lock_held(pool).await },
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    released(pool).await;
+    let why = "the applications take turns on the server connection the relay gave back";
+    hold_for(Duration::from_millis(500), why).await;
 }
 
 /// Kills the relay while it holds the wake-up lock: the lock goes with it. Rows keep landing
@@ -233,13 +212,7 @@ async fn killed_holding_the_lock(pool: &PgPool, d: &mut Daemon) {
     let started = std::time::Instant::now();
     loop {
         insert_rows(pool, 20_000, "last").await;
-        let held = tokio::time::timeout(Duration::from_secs(5), async move {
-            while !wakeup_lock_held(pool).await {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await
-        .is_ok();
+        let held = eventually(Duration::from_secs(5), || wakeup_lock_held(pool)).await;
         if held {
             break;
         }
@@ -282,7 +255,8 @@ async fn relays_through_pgbouncer_in_transaction_mode_and_leaves_nothing_behind(
     for i in 1..=3 {
         insert_rows(&pool, 1, "single").await;
         relayed_while_ready(&d, &ns, "single", i, Duration::from_secs(5)).await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let why = "the applications take turns on the server connections between single rows";
+        hold_for(Duration::from_millis(300), why).await;
     }
     idle(&pool).await;
     apps.assert_found_only_defaults().await;
@@ -327,7 +301,8 @@ async fn in_transaction_mode_a_direct_listen_url_gives_notifications(pool: PgPoo
     );
     d.wait_ready(Duration::from_secs(15)).await;
     for i in 1..=3 {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // Idle (the wake-up lock released): only a notification wakes it before its 30 s poll.
+        released(&pool).await;
         insert_rows(&pool, 1, "single").await;
         relayed_while_ready(&d, &ns, "single", i, Duration::from_secs(5)).await;
     }
@@ -372,24 +347,24 @@ async fn through_transaction_pooling_a_stopped_relay_gives_its_rows_up(pool: PgP
         ],
     );
     // Stop it while one of its batches holds rows.
-    let started = Instant::now();
-    loop {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "never caught a batch in hand"
-        );
+    let every = Duration::from_millis(2);
+    let caught = eventually_every(Duration::from_secs(60), every, || async {
         let pending = pending_count(&pool).await;
         assert!(pending > 0, "drained before the stop");
-        if unlocked_rows(&pool).await < pending {
-            signal(&d, "STOP");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            if unlocked_rows(&pool).await < pending_count(&pool).await {
-                break;
-            }
-            signal(&d, "CONT");
+        if unlocked_rows(&pool).await >= pending {
+            return false;
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+        signal(&d, "STOP");
+        let why = "the stopped relay's statements in flight end on the server before the look";
+        hold_for(Duration::from_millis(100), why).await;
+        if unlocked_rows(&pool).await < pending_count(&pool).await {
+            return true;
+        }
+        signal(&d, "CONT");
+        false
+    })
+    .await;
+    assert!(caught, "never caught a batch in hand");
     let stopped = Instant::now();
     wait_until(
         "the stopped relay's rows come free",

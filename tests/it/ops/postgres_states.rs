@@ -361,7 +361,7 @@ async fn a_lock_held_on_the_outbox_is_a_lock_wait_naming_its_holder(pool: PgPool
         let (status, body) = d.get("/readyz").await;
         assert_eq!(status, 503, "{body}");
         assert!(body.contains("lock wait"), "{body}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        hold_for(Duration::from_millis(200), "between looks at /readyz").await;
     }
     sqlx::query("COMMIT").execute(&mut migration).await.unwrap();
     d.wait_ready(Duration::from_secs(10)).await;
@@ -448,10 +448,11 @@ async fn a_transaction_holding_the_xmin_horizon_is_named_once(pool: PgPool) {
     assert!(w["age_seconds"].as_f64().unwrap() >= 60.0, "{w}");
     assert_eq!(w["kind"], "transaction", "{w}");
     // Once per episode: the next samples (every 5 s) say nothing more.
-    let more = Instant::now();
-    while more.elapsed() < Duration::from_secs(11) {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    hold_for(
+        Duration::from_secs(11),
+        "two more samples, which say nothing",
+    )
+    .await;
     assert_eq!(warned().len(), 1);
     assert!(age().await >= 60.0);
 

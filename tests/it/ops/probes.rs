@@ -45,7 +45,11 @@ async fn readyz_follows_a_redis_outage_and_healthz_stays_up(pool: PgPool) {
     while outage.elapsed() < Duration::from_secs(3) {
         healthz_ok().await;
         assert_eq!(status_of(port, "/readyz").await, 503);
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        hold_for(
+            Duration::from_millis(100),
+            "between looks during the outage",
+        )
+        .await;
     }
 
     redis.restart();
@@ -143,7 +147,7 @@ async fn a_missing_table_is_one_line_and_a_named_readiness_reason(pool: PgPool) 
     )
     .await;
     // Not synchronisation: the episode lasts a few probe periods and worker backoffs.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    hold_for(Duration::from_secs(4), "the episode lasts; said once").await;
     let missing =
         "outbox table late_outbox does not exist: run `jobrelay migrate` (checking again quietly)";
     assert_eq!(d.events_with(missing).len(), 1, "{}", d.logs());
@@ -214,7 +218,7 @@ async fn readyz_names_out_of_memory_and_logs_it_once(pool: PgPool) {
     )
     .await;
     // Not synchronisation: the outage lasts several probe periods and worker retries.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    hold_for(Duration::from_secs(4), "the outage lasts; rows kept").await;
     assert_eq!(pending_count(&pool).await, 50);
     let _: () = redis::cmd("CONFIG")
         .arg(&["SET", "maxmemory", "0"])
@@ -279,7 +283,7 @@ async fn a_read_only_postgres_is_named_and_logged_once(pool: PgPool) {
     )
     .await;
     // Not synchronisation: the episode lasts several probe periods and worker retries.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    hold_for(Duration::from_secs(4), "the read-only episode lasts").await;
     alter("RESET default_transaction_read_only").await;
     let ns = &ns;
     wait_until("the rows relayed", Duration::from_secs(60), || async move {

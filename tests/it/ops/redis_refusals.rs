@@ -55,7 +55,11 @@ async fn refused_as_the_endpoints_fault(
     .await;
     // Not synchronisation: the failure lasts several probe periods and worker retries (with
     // --max-attempts 2, a failure counted against the jobs would dead-letter them at once).
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    hold_for(
+        Duration::from_secs(4),
+        "the failure lasts; nothing may be blamed on a job",
+    )
+    .await;
     let (pending, attempts, dead) = rows_state(pool).await;
     assert!(pending > 0, "rows are pending");
     assert_eq!(
@@ -314,7 +318,11 @@ async fn an_oom_outage_hovering_at_the_limit_is_logged_once(pool: PgPool, layout
         if ttl > 9_000 {
             probe_writes += 1;
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        hold_for(
+            Duration::from_millis(500),
+            "between looks at the probe's key",
+        )
+        .await;
     }
     assert!(
         probe_writes >= 4,

@@ -86,7 +86,7 @@ async fn an_evicting_redis_gets_no_job_until_it_stops_evicting(pool: PgPool) {
     )
     .await;
     // Not synchronisation: the refusal lasts several probe periods and worker retries.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    hold_for(Duration::from_secs(3), "the refusal lasts; rows kept").await;
     assert_eq!(rows_state(&pool).await, (30, 0, 0), "rows kept untouched");
     assert_eq!(ns.llen("queue:evict").await, 0, "nothing pushed");
 
@@ -266,7 +266,11 @@ async fn with_wait_replicas_rows_stay_until_the_replica_has_the_jobs(pool: PgPoo
     )
     .await;
     // Not synchronisation: the replica stays stopped for several retries.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    hold_for(
+        Duration::from_secs(3),
+        "the replica stays stopped; rows kept",
+    )
+    .await;
     assert_eq!(rows_state(&pool).await, (20, 0, 0), "rows kept untouched");
     assert_eq!(
         ns.llen("queue:second").await,

@@ -230,15 +230,9 @@ async fn the_daemon_with_wrong_passwords_logs_no_password(s: &Secrets) {
             ],
         );
         let message = format!("{outage} not reachable yet; retrying with backoff");
-        let start = Instant::now();
-        while d.events_with(&message).is_empty() {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "{what}: no outage event\n{}",
-                d.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let said = || async { !d.events_with(&message).is_empty() };
+        let said = eventually_every(Duration::from_secs(20), Duration::from_millis(50), said);
+        assert!(said.await, "{what}: no outage event\n{}", d.logs());
         assert_eq!(d.get("/readyz").await.0, 503);
         let (_, metrics) = d.get("/metrics").await;
         assert_eq!(

@@ -133,8 +133,13 @@ async fn run_the_backlog_in_a_burst(
     queues: &[&str],
     backlog: usize,
 ) -> RqWorker {
-    let mut burst = app.worker("burst", queues, &["--burst"]);
-    burst.wait_exit(Duration::from_secs(120)).await;
+    let burst = app.worker("burst", queues, &["--burst"]);
+    let status = burst.wait_exit(Duration::from_secs(120)).await;
+    assert!(
+        status.success(),
+        "rq worker: {status}; its log:\n{}",
+        burst.logs()
+    );
     let runs = app
         .wait_runs(backlog, Duration::from_secs(5), || burst.logs())
         .await;
