@@ -30,7 +30,7 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 
-use super::{push_queue_key, refuse_flows, ClaimNeeds, Layout, LayoutKind, Payload, Unfit};
+use super::{push_queue_key, refuse_flows, Layout, LayoutKind, Payload, Unfit};
 use crate::job::Job;
 
 /// The layout.
@@ -88,13 +88,6 @@ impl Layout for Bullmq {
 
     fn name(&self) -> &'static str {
         "bullmq"
-    }
-
-    fn claim_needs(&self) -> ClaimNeeds {
-        ClaimNeeds {
-            flows_in_order: false,
-            holds_until_due: false,
-        }
     }
 
     fn payload(&self) -> Payload {

@@ -7,7 +7,7 @@ mod peek;
 
 use prost::Message;
 
-use super::{push_keys, write_flow_route, ClaimNeeds, Layout, LayoutKind, Payload, Unfit};
+use super::{push_keys, write_flow_route, Layout, LayoutKind, Payload, Unfit};
 use crate::job::Job;
 
 /// The layout.
@@ -32,13 +32,6 @@ impl Layout for Jobrelay {
 
     fn name(&self) -> &'static str {
         "jobrelay"
-    }
-
-    fn claim_needs(&self) -> ClaimNeeds {
-        ClaimNeeds {
-            flows_in_order: false,
-            holds_until_due: false,
-        }
     }
 
     fn payload(&self) -> Payload {

@@ -127,8 +127,11 @@ pub trait Layout: Send + Sync + fmt::Debug {
     /// The name `--layout` takes.
     fn name(&self) -> &'static str;
 
-    /// What the claim must do for this runner: keep flows in order, hold rows until due.
-    fn claim_needs(&self) -> ClaimNeeds;
+    /// What the claim must do for this runner: keep flows in order, hold rows until due
+    /// (nothing, by default).
+    fn claim_needs(&self) -> ClaimNeeds {
+        ClaimNeeds::default()
+    }
 
     /// What a row's `payload` is to the runner.
     fn payload(&self) -> Payload;
@@ -358,5 +361,33 @@ pub(crate) fn uuid_str(u: Option<Uuid>, buf: &mut [u8; 45]) -> &str {
     match u {
         Some(u) => u.hyphenated().encode_lower(buf),
         None => "",
+    }
+}
+
+#[cfg(test)]
+mod registry_tests {
+    use super::*;
+
+    /// The registry and each module agree: every variant's layout says it is that variant,
+    /// and its name parses back to it.
+    #[test]
+    fn every_layout_is_registered_under_its_own_name() {
+        for kind in LayoutKind::ALL {
+            let layout = kind.layout();
+            assert_eq!(layout.kind(), kind);
+            assert_eq!(layout.name().parse::<LayoutKind>(), Ok(kind));
+            assert_eq!(
+                layout.check_namespace(layout.default_namespace()).is_ok(),
+                {
+                    // conveyor's namespace has no default: the flag must name it.
+                    kind != LayoutKind::Conveyor
+                }
+            );
+        }
+        let err = "nope".parse::<LayoutKind>().unwrap_err();
+        assert!(
+            err.contains("jobrelay, conveyor, sidekiq, celery, bullmq, rq"),
+            "{err}"
+        );
     }
 }

@@ -36,7 +36,7 @@ use chrono::{DateTime, Utc};
 
 use self::pyrepr::Py;
 use super::args_kwargs::split_payload;
-use super::{push_queue_key, refuse_flows, ClaimNeeds, Layout, LayoutKind, Payload, Unfit};
+use super::{push_queue_key, refuse_flows, Layout, LayoutKind, Payload, Unfit};
 use crate::job::{epoch_score, Job};
 
 /// The layout.
@@ -270,13 +270,6 @@ impl Layout for Rq {
 
     fn name(&self) -> &'static str {
         "rq"
-    }
-
-    fn claim_needs(&self) -> ClaimNeeds {
-        ClaimNeeds {
-            flows_in_order: false,
-            holds_until_due: false,
-        }
     }
 
     fn payload(&self) -> Payload {

@@ -27,7 +27,7 @@ use std::io::Write as _;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{push_keys, refuse_flows, ClaimNeeds, Layout, LayoutKind, Payload, Unfit};
+use super::{push_keys, refuse_flows, Layout, LayoutKind, Payload, Unfit};
 use crate::job::{epoch_score, Job};
 
 /// The layout.
@@ -206,13 +206,6 @@ impl Layout for Sidekiq {
 
     fn name(&self) -> &'static str {
         "sidekiq"
-    }
-
-    fn claim_needs(&self) -> ClaimNeeds {
-        ClaimNeeds {
-            flows_in_order: false,
-            holds_until_due: false,
-        }
     }
 
     fn payload(&self) -> Payload {
