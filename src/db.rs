@@ -65,7 +65,7 @@ pub async fn checked_pool(opts: PgConnectOptions, max: u32, timeout: Duration) -
 ///
 /// When the pool has no idle connection (it would open one) and the relay's [`ConnectGate`]
 /// for that server is failing, the gate first makes its one attempt (or says when the next is
-/// due), within half of `limit`: sqlx's pool retries a server that refuses connections with
+/// due), within `limit`: sqlx's pool retries a server that refuses connections with
 /// `too many connections` (SQLSTATE 53300: `max_connections`, or a role's or database's
 /// `CONNECTION LIMIT`) every few milliseconds, doubling from 10 ms, in every acquire at once
 /// (issue 34: 11-12 refused attempts a second per relay, 211 a second from 30 relays, 1.2
@@ -83,7 +83,7 @@ pub async fn acquire(
     let opts = pool.connect_options();
     let gate = ConnectGate::of(&opts);
     if pool.num_idle() == 0 {
-        gate.admit(&opts, limit / 2).await?;
+        gate.admit(&opts, limit).await?;
     }
     let timed_out = || {
         if pool.size() < pool.options().get_max_connections() {

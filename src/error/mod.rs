@@ -420,7 +420,7 @@ pub(crate) async fn within<T, E: Into<Error>>(
 pub fn postgres_message(e: &sqlx::Error) -> String {
     match e {
         sqlx::Error::Database(db) => db.message().to_owned(),
-        sqlx::Error::Protocol(p) if p == "unexpected response from SSLRequest: 0x00" => {
+        sqlx::Error::Protocol(p) if p.starts_with("unexpected response from SSLRequest: 0x00") => {
             "the connection was closed before the server answered (a proxy with no server \
              behind it, or a server going down)"
                 .to_owned()
