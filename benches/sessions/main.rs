@@ -220,7 +220,19 @@ async fn gauge(port: u16, name: &str) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
-fn relay(bin: &Path, url: &str, redis: u16, http: Option<u16>, log: &Path) -> std::process::Child {
+/// A relay process, killed on drop unless [`stop`]ped.
+struct Running(Option<std::process::Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn relay(bin: &Path, url: &str, redis: u16, http: Option<u16>, log: &Path) -> Running {
     let mut cmd = Command::new(bin);
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("JOBRELAY_") {
@@ -236,10 +248,14 @@ fn relay(bin: &Path, url: &str, redis: u16, http: Option<u16>, log: &Path) -> st
         .stdout(Stdio::null())
         .stderr(Stdio::from(std::fs::File::create(log).unwrap()))
         .spawn()
+        .map(|c| Running(Some(c)))
         .expect("the relay binary")
 }
 
-fn stop(mut child: std::process::Child) {
+fn stop(mut running: Running) {
+    let Some(mut child) = running.0.take() else {
+        return;
+    };
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
@@ -454,11 +470,8 @@ async fn fleet_phase(
         .ok();
     // Every slot a non-superuser may take, held by idle sessions.
     let mut holders = Vec::new();
-    loop {
-        match PgConnection::connect(&pg.url("fleet")).await {
-            Ok(c) => holders.push(c),
-            Err(_) => break,
-        }
+    while let Ok(c) = PgConnection::connect(&pg.url("fleet")).await {
+        holders.push(c);
     }
     eprintln!(
         "fleet: {} idle sessions hold the non-reserved slots",
