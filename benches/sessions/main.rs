@@ -95,16 +95,20 @@ impl Pg {
             .prefix("jobrelay-sessions-")
             .tempdir()
             .unwrap();
-        run_tool(Command::new("chown")
-            .args(["-R", "postgres:postgres"])
-            .arg(dir.path()));
+        run_tool(
+            Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(dir.path()),
+        );
         let data = dir.path().join("data");
-        run_tool(Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(pg_bin().join("initdb"))
-            .arg("-D")
-            .arg(&data)
-            .args(["-U", "postgres", "--auth=trust", "--no-sync"]));
+        run_tool(
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(pg_bin().join("initdb"))
+                .arg("-D")
+                .arg(&data)
+                .args(["-U", "postgres", "--auth=trust", "--no-sync"]),
+        );
         let port = free_port();
         let opts = format!(
             "-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off \
@@ -112,15 +116,17 @@ impl Pg {
              -c log_line_prefix='%m [%p] %e ' -c shared_buffers=256MB",
             sock = dir.path().display()
         );
-        run_tool(Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(pg_bin().join("pg_ctl"))
-            .arg("-D")
-            .arg(&data)
-            .arg("-l")
-            .arg(dir.path().join("postgres.log"))
-            .args(["-w", "-t", "60", "-o", &opts, "start"])
-            .stdout(Stdio::null()));
+        run_tool(
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(pg_bin().join("pg_ctl"))
+                .arg("-D")
+                .arg(&data)
+                .arg("-l")
+                .arg(dir.path().join("postgres.log"))
+                .args(["-w", "-t", "60", "-o", &opts, "start"])
+                .stdout(Stdio::null()),
+        );
         Pg { dir, port }
     }
 
