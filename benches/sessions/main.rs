@@ -15,14 +15,16 @@
 //! (`SESSIONS_PHASES`, default `drain,stream,fleet`):
 //!
 //! - **drain**: `SESSIONS_DRAIN_ROWS` (1,000,000) rows inserted in one transaction, while a
-//!   producer commits one row every 10 ms; until the outbox is empty.
+//!   producer commits `SESSIONS_DRAIN_PRODUCER` (1; 0: none) rows every 10 ms; until the
+//!   outbox is empty.
 //! - **stream**: `SESSIONS_STREAM_RATE` rows/s (1,000; 10 rows every 10 ms) for
 //!   `SESSIONS_STREAM_SECS` (600).
 //!
 //!   For both, every second: whether a relay session holds the wake-up lock, the oldest
 //!   `backend_xmin` among the relay's sessions (how long the same session kept the same one,
 //!   which bounds how long it held a snapshot from below), the relay's
-//!   `jobrelay_xmin_horizon_age_seconds`; at the end the outbox's `n_dead_tup`, the notify
+//!   `jobrelay_xmin_horizon_age_seconds` (from the 10th second on: before, it may still show
+//!   the backlog's own insert); at the end the outbox's `n_dead_tup`, the notify
 //!   function's calls (`pg_stat_user_functions`: a producer notifies only while no relay holds
 //!   the lock) against the producer's commits, and the server log's `idle-in-transaction`
 //!   terminations.
@@ -317,8 +319,10 @@ async fn busy_phase(
     }
     let log_before = pg.log().len();
     // The producer: `per_tick` rows every 10 ms, each tick a transaction of its own.
+    // While a backlog drains, one row every 10 ms (`SESSIONS_DRAIN_PRODUCER` rows; 0: none,
+    // the issue's reproduction: nothing but the backlog).
     let per_tick = if drain_rows > 0 {
-        1
+        env_or("SESSIONS_DRAIN_PRODUCER", 1u32)
     } else {
         (rate / 100).max(1)
     };
@@ -332,6 +336,9 @@ async fn busy_phase(
             let mut tick = tokio::time::interval(Duration::from_millis(10));
             while !stop.is_cancelled() {
                 tick.tick().await;
+                if per_tick == 0 {
+                    continue;
+                }
                 sqlx::query(
                     "INSERT INTO pending_jobs (queue, job_type)
                      SELECT 'stream', 'Bench' FROM generate_series(1, $1)",
@@ -396,8 +403,12 @@ async fn busy_phase(
             let first = *seen.entry(k).or_insert(now);
             xmin_held_max = xmin_held_max.max(now.duration_since(first).as_secs_f64());
         }
-        if let Some(h) = gauge(http, "jobrelay_xmin_horizon_age_seconds").await {
-            horizon_max = horizon_max.max(h);
+        // After the first 10 s: until then the gauge may still show the backlog's own
+        // insert (a transaction of tens of seconds, a holder of the horizon while it ran).
+        if busy_from.elapsed() >= Duration::from_secs(10) {
+            if let Some(h) = gauge(http, "jobrelay_xmin_horizon_age_seconds").await {
+                horizon_max = horizon_max.max(h);
+            }
         }
         let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM pending_jobs")
             .fetch_one(&mut admin)
@@ -439,7 +450,7 @@ async fn busy_phase(
     let report = json!({
         "seconds": (busy * 10.0).round() / 10.0,
         "drain_rows": drain_rows,
-        "rows_per_second_streamed": if drain_rows > 0 { 100 } else { per_tick * 100 },
+        "rows_per_second_streamed": per_tick * 100,
         "lock_held_samples": held,
         "samples": samples,
         "idle_in_transaction_terminations":
