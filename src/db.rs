@@ -63,38 +63,271 @@ pub async fn checked_pool(opts: PgConnectOptions, max: u32, timeout: Duration) -
 
 /// Takes a connection from `pool` within `limit` (`what` names the wait in the error).
 ///
-/// When none came in time, connects once directly to learn why: sqlx's pool retries a server
-/// that refuses connections with `too many connections` (SQLSTATE 53300: `max_connections`,
-/// or a role's or database's `CONNECTION LIMIT`) quietly until its deadline, then says only
-/// that it timed out. The server's own error is returned instead, so that logs, `/readyz` and
-/// `check` name it.
+/// When the pool has no idle connection (it would open one) and the relay's [`ConnectGate`]
+/// for that server is failing, the gate first makes its one attempt (or says when the next is
+/// due), within `limit`: sqlx's pool retries a server that refuses connections with
+/// `too many connections` (SQLSTATE 53300: `max_connections`, or a role's or database's
+/// `CONNECTION LIMIT`) every few milliseconds, doubling from 10 ms, in every acquire at once
+/// (issue 34: 11-12 refused attempts a second per relay, 211 a second from 30 relays, 1.2
+/// cores of the server's 2). The gate's attempt names the server's refusal (`too many
+/// connections`), where the pool would only say that it timed out.
+///
+/// Returns within `limit`. When the pool could not open a connection in time, the next
+/// acquire goes through the gate.
 pub async fn acquire(
     pool: &PgPool,
     limit: Duration,
     what: &'static str,
 ) -> Result<PoolConnection<Postgres>> {
-    match tokio::time::timeout(limit, pool.acquire()).await {
-        Ok(Ok(conn)) => return Ok(conn),
-        Ok(Err(sqlx::Error::PoolTimedOut)) | Err(_) => {}
-        Ok(Err(e)) => return Err(e.into()),
-    }
+    let deadline = Instant::now() + limit;
     let opts = pool.connect_options();
-    match tokio::time::timeout(limit, PgConnection::connect_with(&opts)).await {
-        Ok(Err(e)) => Err(Error::Database(e)),
-        Ok(Ok(conn)) => {
-            // It could connect after all: the pool's connections were busy.
-            let _ = tokio::time::timeout(limit, conn.close()).await;
-            Err(Error::Timeout {
-                dependency: crate::error::Dependency::Postgres,
-                what,
-                after: limit,
-            })
+    let gate = ConnectGate::of(&opts);
+    if pool.num_idle() == 0 {
+        gate.admit(&opts, limit).await?;
+    }
+    let timed_out = || {
+        if pool.size() < pool.options().get_max_connections() {
+            // The pool was (probably) opening a connection: the next one goes through the gate.
+            gate.fail_next();
         }
-        Err(_) => Err(Error::Timeout {
+        Error::Timeout {
             dependency: crate::error::Dependency::Postgres,
             what,
             after: limit,
+        }
+    };
+    match tokio::time::timeout_at(deadline, pool.acquire()).await {
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(sqlx::Error::PoolTimedOut)) | Err(_) => Err(timed_out()),
+        Ok(Err(e)) => {
+            let connecting = is_connect_failure(&e);
+            let e = Error::Database(e);
+            if connecting {
+                gate.failed(&e);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Whether a pool's error is a failure to open a connection (not of a statement).
+fn is_connect_failure(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| {
+            c.starts_with("08") || c.starts_with("28") || c == "53300" || c == "57P03"
         }),
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => true,
+        _ => false,
+    }
+}
+
+/// The first step of the relay's connection backoff ([`ConnectGate`]).
+pub const CONNECT_BACKOFF_BASE: Duration = Duration::from_millis(250);
+/// The longest step of the relay's connection backoff: a server that has room again is
+/// reached within this (and half of it at least, by the jitter).
+pub const CONNECT_BACKOFF_CAP: Duration = Duration::from_secs(4);
+
+/// The connection attempts of one relay process to one server, database and role: while they
+/// fail, one attempt per step of a backoff ([`CONNECT_BACKOFF_BASE`] doubling to
+/// [`CONNECT_BACKOFF_CAP`], each step drawn from its upper half so that relays refused together
+/// do not come back together), whichever of the relay's sessions (the pool's workers and probe,
+/// the listener, the wake-up lock) wants one. A server short of connections is not asked
+/// again every few milliseconds by every session of every relay (issue 34), and a relay that
+/// had none yet makes one attempt before the pool's own retries (the first attempt of a
+/// process goes through the gate too).
+#[derive(Debug)]
+pub struct ConnectGate {
+    state: std::sync::Mutex<GateState>,
+    /// One attempt at a time while failing.
+    turn: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug)]
+struct GateState {
+    backoff: crate::backoff::Backoff,
+    /// No attempt before this.
+    closed_until: Option<Instant>,
+    /// The last attempt failed, or none succeeded yet: connects go through the gate.
+    failing: bool,
+    /// What the last failed attempt said: its reason and its error without the dependency's
+    /// prefix.
+    last: Option<(crate::error::Reason, String)>,
+    /// Attempts made through the gate, and how many failed (for tests and benchmarks).
+    attempts: u64,
+    failures: u64,
+}
+
+use std::sync::Arc;
+use tokio::time::Instant;
+
+impl ConnectGate {
+    fn new() -> Self {
+        ConnectGate {
+            state: std::sync::Mutex::new(GateState {
+                backoff: crate::backoff::Backoff::new(CONNECT_BACKOFF_BASE, CONNECT_BACKOFF_CAP),
+                closed_until: None,
+                failing: true,
+                last: None,
+                attempts: 0,
+                failures: 0,
+            }),
+            turn: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The process's gate for the server, database and role `opts` name.
+    pub fn of(opts: &PgConnectOptions) -> Arc<ConnectGate> {
+        use std::collections::HashMap;
+        use std::sync::{Mutex, OnceLock};
+        static GATES: OnceLock<Mutex<HashMap<String, Arc<ConnectGate>>>> = OnceLock::new();
+        let key = format!(
+            "{}|{}|{:?}|{}|{}",
+            opts.get_host(),
+            opts.get_port(),
+            opts.get_socket(),
+            opts.get_database().unwrap_or_default(),
+            opts.get_username()
+        );
+        GATES
+            .get_or_init(Default::default)
+            .lock()
+            .expect("not poisoned")
+            .entry(key)
+            .or_insert_with(|| Arc::new(ConnectGate::new()))
+            .clone()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state.lock().expect("not poisoned")
+    }
+
+    /// Whether connects go through the gate (the last attempt failed, or none was made).
+    pub fn is_failing(&self) -> bool {
+        self.state().failing
+    }
+
+    /// Attempts made through the gate, and how many of them failed.
+    pub fn attempts(&self) -> (u64, u64) {
+        let s = self.state();
+        (s.attempts, s.failures)
+    }
+
+    /// A connect outside the gate failed (the pool's, the listener's): the next ones go
+    /// through it, after the backoff's next step.
+    pub fn failed(&self, e: &Error) {
+        let mut s = self.state();
+        s.failing = true;
+        s.failures += 1;
+        let delay = s.backoff.next_delay();
+        s.closed_until = Some(Instant::now() + delay);
+        s.last = Some((e.reason(), crate::error::without_dependency(&e.to_string())));
+    }
+
+    /// The next connect goes through the gate (at once, unless its backoff runs).
+    pub fn fail_next(&self) {
+        self.state().failing = true;
+    }
+
+    fn opened(&self) {
+        let mut s = self.state();
+        s.failing = false;
+        s.closed_until = None;
+        s.last = None;
+        s.backoff.reset();
+    }
+
+    /// The error of a caller that may not wait for the next attempt (due after `limit`).
+    fn backing_off(&self, limit: Instant) -> Error {
+        let s = self.state();
+        let retry_in = s.closed_until.map_or(Duration::ZERO, |t| {
+            t.saturating_duration_since(Instant::now())
+        });
+        match &s.last {
+            Some((reason, message)) => Error::ConnectBackoff {
+                reason: *reason,
+                message: message.clone(),
+                retry_in,
+            },
+            None => Error::Timeout {
+                dependency: crate::error::Dependency::Postgres,
+                what: "postgres connect",
+                after: limit.saturating_duration_since(Instant::now()),
+            },
+        }
+    }
+
+    /// Waits for the turn and the backoff (within `limit`), then makes one attempt.
+    async fn attempt(
+        &self,
+        opts: &PgConnectOptions,
+        limit: Duration,
+        only_if_failing: bool,
+    ) -> Result<Option<PgConnection>> {
+        let deadline = Instant::now() + limit;
+        let Ok(_turn) = tokio::time::timeout_at(deadline, self.turn.lock()).await else {
+            return Err(self.backing_off(deadline));
+        };
+        if only_if_failing && !self.is_failing() {
+            return Ok(None);
+        }
+        let until = self.state().closed_until;
+        if let Some(until) = until {
+            if until > deadline {
+                return Err(self.backing_off(deadline));
+            }
+            tokio::time::sleep_until(until).await;
+        }
+        self.state().attempts += 1;
+        match tokio::time::timeout_at(deadline, PgConnection::connect_with(opts)).await {
+            Ok(Ok(conn)) => {
+                self.opened();
+                Ok(Some(conn))
+            }
+            Ok(Err(e)) => {
+                let e = Error::Database(e);
+                self.failed(&e);
+                Err(e)
+            }
+            Err(_) => {
+                let e = Error::Timeout {
+                    dependency: crate::error::Dependency::Postgres,
+                    what: "postgres connect",
+                    after: limit,
+                };
+                self.failed(&e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens a connection of its own (the wake-up lock's session): one attempt, when the
+    /// backoff allows it within `limit`.
+    pub async fn connect(&self, opts: &PgConnectOptions, limit: Duration) -> Result<PgConnection> {
+        Ok(self
+            .attempt(opts, limit, false)
+            .await?
+            .expect("attempted whether failing or not"))
+    }
+
+    /// While failing: one attempt (closed again at once) when the backoff allows it within
+    /// `limit`, so that the caller's own connect (the pool's, the listener's) follows a
+    /// success. Returns at once when not failing.
+    pub async fn admit(&self, opts: &PgConnectOptions, limit: Duration) -> Result<()> {
+        if !self.is_failing() {
+            return Ok(());
+        }
+        if let Some(conn) = self.attempt(opts, limit, true).await? {
+            let _ = tokio::time::timeout(limit, conn.close()).await;
+        }
+        Ok(())
+    }
+}
+
+/// An [`Error`] as the `sqlx::Error` of a caller that only logs it (the wake-up lock).
+pub(crate) fn into_sqlx(e: Error) -> sqlx::Error {
+    match e {
+        Error::Database(e) => e,
+        other => sqlx::Error::Io(std::io::Error::other(other.to_string())),
     }
 }
 

@@ -14,7 +14,6 @@ pub(super) async fn run(config: &Config) -> Result<ExitCode> {
     println!("config: ok ({})", describe(config));
     let mut ok = true;
     let pool = db::lazy_pool(config.pg_options()?, 1);
-    let version = tokio::time::timeout(STATEMENT_TIMEOUT, db::schema_version(&pool)).await;
     // The same checks as the daemon's /readyz.
     let redis = RedisProbe::new(
         config.redis_client()?,
@@ -22,9 +21,19 @@ pub(super) async fn run(config: &Config) -> Result<ExitCode> {
         config.push_timeout,
     )
     .with_safety(config.redis_safety());
-    let mut probe = relay::probe::Probe::new(pool, &config.table, config.push_timeout, redis);
+    // The probe first, bounded by --push-timeout as the daemon's is: a server that does not
+    // answer is reported after that long, as its line says (the schema's version, asked
+    // first, waited 15 s more for it: issue 34, `timed out after 5s` after 20 s).
+    let mut probe =
+        relay::probe::Probe::new(pool.clone(), &config.table, config.push_timeout, redis);
     let found = probe.run_once().await;
-    let version = version.map(|v| v.map_err(|e| e.to_string()));
+    let version = match &found.postgres {
+        Ok(_) => tokio::time::timeout(STATEMENT_TIMEOUT, db::schema_version(&pool))
+            .await
+            .map(|v| v.map_err(|e| e.to_string())),
+        // Not asked: the probe's error is the line.
+        Err(_) => Ok(Ok(None)),
+    };
     match (&found.postgres, version) {
         (Ok(present), Ok(Ok(version))) => {
             let latest = db::latest_known_version();
@@ -42,11 +51,7 @@ pub(super) async fn run(config: &Config) -> Result<ExitCode> {
                 match probe.room_for_rows().await {
                     Err(e) => {
                         ok = false;
-                        println!(
-                            "postgres: {}: {}",
-                            e.reason(),
-                            redact::scrub(&e.to_string())
-                        );
+                        println!("postgres: {}", line(&e));
                     }
                     Ok(_) => println!("postgres: ok, {schema}"),
                 }
@@ -70,15 +75,14 @@ pub(super) async fn run(config: &Config) -> Result<ExitCode> {
         }
         (Err(e), _) => {
             ok = false;
-            println!(
-                "postgres: {}: {}",
-                e.reason(),
-                redact::scrub(&e.to_string())
-            );
+            println!("postgres: {}", line(e));
         }
         (Ok(_), Ok(Err(e))) => {
             ok = false;
-            println!("postgres: {}", redact::scrub(&e));
+            println!(
+                "postgres: {}",
+                jobrelay::error::without_dependency(&redact::scrub(&e))
+            );
         }
         (Ok(_), Err(_)) => {
             ok = false;
@@ -92,7 +96,7 @@ pub(super) async fn run(config: &Config) -> Result<ExitCode> {
         Ok(said) => println!("redis: ok ({said})"),
         Err(e) => {
             ok = false;
-            println!("redis: {}: {}", e.reason(), redact::scrub(&e.to_string()));
+            println!("redis: {}", line(e));
         }
     }
     Ok(if ok {
@@ -100,6 +104,16 @@ pub(super) async fn run(config: &Config) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `<reason>: <error>`, the error without the dependency's name that the line begins with
+/// (`postgres: too many connections: sorry, too many clients already`).
+fn line(e: &jobrelay::Error) -> String {
+    format!(
+        "{}: {}",
+        e.reason(),
+        jobrelay::error::without_dependency(&redact::scrub(&e.to_string()))
+    )
 }
 
 fn describe(c: &Config) -> String {

@@ -102,9 +102,23 @@ pub enum Error {
     Redis(#[source] redis::RedisError),
 
     /// Postgres failed (connection lost, timeout, serialization failure, missing table, ...).
-    /// Transient for the relay: the transaction rolls back and nothing is lost.
-    #[error("postgres: {0}")]
+    /// Transient for the relay: the transaction rolls back and nothing is lost. Displayed as
+    /// `postgres: <what Postgres said>`, without sqlx's own prefix ([`postgres_message`]).
+    #[error("postgres: {}", postgres_message(.0))]
     Database(#[source] sqlx::Error),
+
+    /// The relay did not try to connect to Postgres: its last attempt failed, and the next one
+    /// is not due yet ([`crate::db::ConnectGate`]: one attempt per step of a backoff while
+    /// Postgres refuses connections). Transient; [`Error::reason`] is the last attempt's.
+    #[error("postgres: {message} (next connection attempt in {})", humantime::format_duration(Duration::from_millis(retry_in.as_millis() as u64)))]
+    ConnectBackoff {
+        /// Why the last attempt failed.
+        reason: Reason,
+        /// What it said, without the `postgres: ` prefix.
+        message: String,
+        /// How long until the next attempt.
+        retry_in: Duration,
+    },
 
     /// `--table` names an existing table of another shape than an outbox's (an application's
     /// own table, say): nothing was changed. A configuration error ([`ErrorClass::Config`]),
@@ -311,6 +325,7 @@ impl Error {
             Error::Unacknowledged { .. }
             | Error::Redis(_)
             | Error::Database(_)
+            | Error::ConnectBackoff { .. }
             | Error::NotWritable { .. }
             | Error::ReplicasBehind { .. }
             | Error::Timeout { .. }
@@ -327,7 +342,9 @@ impl Error {
             Error::Migrate(sqlx::migrate::MigrateError::Execute(e)) => postgres_reason(e),
             Error::Timeout { .. } => Reason::Timeout,
             Error::Locked(_) => Reason::LockWait,
-            Error::Unacknowledged { reason, .. } | Error::NotWritable { reason, .. } => *reason,
+            Error::Unacknowledged { reason, .. }
+            | Error::NotWritable { reason, .. }
+            | Error::ConnectBackoff { reason, .. } => *reason,
             Error::EvictionPolicy { .. } => Reason::EvictionPolicy,
             Error::ReplicasBehind { .. } => Reason::ReplicasBehind,
             _ => Reason::Other,
@@ -337,7 +354,10 @@ impl Error {
     /// The dependency this error came from, if any.
     pub fn dependency(&self) -> Option<Dependency> {
         match self {
-            Error::Database(_) | Error::Migrate(_) | Error::Locked(_) => Some(Dependency::Postgres),
+            Error::Database(_)
+            | Error::ConnectBackoff { .. }
+            | Error::Migrate(_)
+            | Error::Locked(_) => Some(Dependency::Postgres),
             Error::Redis(_)
             | Error::Refused { .. }
             | Error::Unacknowledged { .. }
@@ -392,6 +412,40 @@ pub(crate) async fn within<T, E: Into<Error>>(
             after,
         }),
     }
+}
+
+/// What Postgres (or the connection to it) said, without sqlx's wrapping: a server's error is
+/// its message (`sorry, too many clients already`, not `error returned from database: sorry,
+/// ...`). A connection closed before the server answered the TLS request (a proxy whose
+/// server went away, a server going down) says so in words: sqlx reads no byte there and
+/// reports the zero it did not read (`unexpected response from SSLRequest: 0x00`).
+pub fn postgres_message(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::Database(db) => db.message().to_owned(),
+        sqlx::Error::Protocol(p) if p.starts_with("unexpected response from SSLRequest: 0x00") => {
+            "the connection was closed before the server answered (a proxy with no server \
+             behind it, or a server going down)"
+                .to_owned()
+        }
+        sqlx::Error::Protocol(p) if p.starts_with("unexpected response from SSLRequest") => {
+            format!("the server's answer to the TLS request is not Postgres's ({p})")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// `message` without a leading dependency name (`postgres: `, `redis: `, and `postgres ` of a
+/// timeout's `postgres probe timed out ...`): a line that names the dependency and the reason
+/// first (`postgres: too many connections: ...`) says it once.
+pub fn without_dependency(message: &str) -> String {
+    let mut m = message;
+    while let Some(rest) = ["postgres: ", "redis: ", "postgres ", "redis "]
+        .iter()
+        .find_map(|p| m.strip_prefix(p))
+    {
+        m = rest;
+    }
+    m.to_owned()
 }
 
 /// `Result` with the library's [`Error`].

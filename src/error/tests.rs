@@ -291,3 +291,41 @@ fn classes_and_reasons_index_their_place_in_all() {
         assert_eq!(r.index(), i, "{r:?}");
     }
 }
+
+/// Issue 34's wordings: a line that names the dependency and the reason says the dependency
+/// once; a connection closed before the server answered is said in words (sqlx read no byte
+/// and reports the zero: `unexpected response from SSLRequest: 0x00`); a connection attempt the
+/// backoff put off keeps the last attempt's reason and says when the next one is due.
+#[test]
+fn postgres_errors_say_the_dependency_once_and_in_words() {
+    use super::{postgres_message, without_dependency};
+    let closed = sqlx::Error::Protocol(
+        "unexpected response from SSLRequest: 0x00 (sqlx_postgres::connection::tls:95)".into(),
+    );
+    let e = Error::Database(closed);
+    assert_eq!(e.reason(), Reason::Unreachable);
+    assert_eq!(
+        e.to_string(),
+        "postgres: the connection was closed before the server answered (a proxy with no \
+         server behind it, or a server going down)"
+    );
+    let other = sqlx::Error::Protocol("unexpected response from SSLRequest: 0x45".into());
+    assert!(postgres_message(&other).contains("not Postgres's"));
+    assert_eq!(
+        without_dependency("postgres: postgres probe timed out after 5s"),
+        "probe timed out after 5s"
+    );
+    assert_eq!(without_dependency("redis: OOM"), "OOM");
+    let put_off = Error::ConnectBackoff {
+        reason: Reason::TooManyConnections,
+        message: "sorry, too many clients already".into(),
+        retry_in: Duration::from_micros(1_234_567),
+    };
+    assert_eq!(put_off.reason(), Reason::TooManyConnections);
+    assert_eq!(put_off.class(), ErrorClass::Transient);
+    assert_eq!(put_off.dependency(), Some(Dependency::Postgres));
+    assert_eq!(
+        put_off.to_string(),
+        "postgres: sorry, too many clients already (next connection attempt in 1s 234ms)"
+    );
+}

@@ -112,11 +112,53 @@ impl Backlog {
 pub struct HorizonWatch {
     /// The holder warned about, while the episode lasts.
     held: Option<Horizon>,
+    /// The holder of the last sample, its horizon, and how long it had held it when first seen.
+    tracked: Option<Tracked>,
+}
+
+#[derive(Debug)]
+struct Tracked {
+    pid: Option<i32>,
+    horizon: String,
+    first_seen: Instant,
+    seconds_then: f64,
 }
 
 impl HorizonWatch {
+    /// `found` with its seconds counted from the first sample that saw the same holder hold
+    /// the same horizon, when that is longer than the sample's own estimate (a `REPEATABLE READ`
+    /// transaction's snapshot outlives its statements).
+    pub fn held_for(&mut self, found: Option<&Horizon>, now: Instant) -> Option<Horizon> {
+        let mut h = found?.clone();
+        let same = match (&self.tracked, &h.horizon) {
+            (Some(t), Some(x)) => t.pid == h.pid && &t.horizon == x,
+            _ => false,
+        };
+        if same {
+            let t = self.tracked.as_ref().expect("same");
+            if let Some(s) = h.seconds.as_mut() {
+                *s = s.max(
+                    t.seconds_then + now.saturating_duration_since(t.first_seen).as_secs_f64(),
+                );
+            }
+        } else {
+            self.tracked = h.horizon.clone().map(|horizon| Tracked {
+                pid: h.pid,
+                horizon,
+                first_seen: now,
+                seconds_then: h.seconds.unwrap_or(0.0).max(0.0),
+            });
+        }
+        Some(h)
+    }
+
     /// Records one sample (`None`: nothing holds the horizon back).
     pub fn saw(&mut self, found: Option<&Horizon>) {
+        let found = self.held_for(found, Instant::now());
+        if found.is_none() {
+            self.tracked = None;
+        }
+        let found = found.as_ref();
         let seconds = found.and_then(|h| h.seconds).unwrap_or(0.0).max(0.0);
         events::XminHorizonSampled {
             age_seconds: seconds,
@@ -139,5 +181,43 @@ impl HorizonWatch {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(pid: i32, horizon: &str, seconds: f64) -> Horizon {
+        Horizon {
+            kind: "transaction".to_owned(),
+            pid: Some(pid),
+            seconds: Some(seconds),
+            xids: 5,
+            detail: "active".to_owned(),
+            horizon: Some(horizon.to_owned()),
+        }
+    }
+
+    /// A holder that keeps the same horizon is timed from when it was first seen (a `REPEATABLE
+    /// READ` transaction whose statement started 1 s ago has held it since the first sample);
+    /// a new horizon, or another holder, starts from the sample's own estimate.
+    #[test]
+    fn the_same_horizon_is_timed_from_its_first_sample() {
+        let mut w = HorizonWatch::default();
+        let t0 = Instant::now();
+        let s = |h: Option<Horizon>| h.and_then(|h| h.seconds).unwrap();
+        assert_eq!(s(w.held_for(Some(&holder(1, "100", 3.0)), t0)), 3.0);
+        let later = t0 + Duration::from_secs(10);
+        assert_eq!(s(w.held_for(Some(&holder(1, "100", 1.0)), later)), 13.0);
+        // A fresh snapshot (a new statement of a READ COMMITTED transaction): its own age.
+        let later = t0 + Duration::from_secs(20);
+        assert_eq!(s(w.held_for(Some(&holder(1, "140", 0.5)), later)), 0.5);
+        // Another session holding the same xid: timed afresh.
+        let later = t0 + Duration::from_secs(30);
+        assert_eq!(s(w.held_for(Some(&holder(2, "140", 2.0)), later)), 2.0);
+        // The sample's own estimate wins when longer.
+        let later = t0 + Duration::from_secs(31);
+        assert_eq!(s(w.held_for(Some(&holder(2, "140", 90.0)), later)), 90.0);
     }
 }

@@ -102,27 +102,49 @@ const LOCK_SQL: &str = "
     LIMIT 1";
 
 /// The oldest of what holds the database's xmin horizon back (see [`Horizon`]): sessions of
-/// this database with a snapshot (`backend_xmin`) and standbys reporting theirs
+/// this database with a snapshot (`backend_xmin`) or a transaction id (`backend_xid`: a writer
+/// idle in its transaction holds the horizon without a snapshot), standbys reporting theirs
 /// (`hot_standby_feedback`), prepared transactions, replication slots.
+///
+/// Judged by what a session holds, not by how long its transaction has been open: a session
+/// is timed from when its snapshot can have been taken, its running statement's start while
+/// it is `active` (a `READ COMMITTED` transaction takes a new snapshot per statement, and one
+/// open for minutes that runs a statement now holds nothing old), its transaction's start
+/// otherwise (a snapshot kept between statements: `REPEATABLE READ`, a cursor; or only a
+/// transaction id). [`HorizonWatch`] keeps timing a holder whose horizon stays the same from
+/// sample to sample, so a `REPEATABLE READ` transaction's later statements do not reset it.
+///
+/// The relay's own sessions (this session's `application_name`, `jobrelay` unless the URL
+/// says otherwise: every relay's of the fleet) are never named: their transactions are bounded
+/// by their statement and idle-in-transaction timeouts, and the wake-up lock's transaction,
+/// open while the relay is awake, holds neither a transaction id nor, between its statements,
+/// a snapshot (issue 34: it was named as the holder, `open for 179s`, with `xids: 0`).
 const HORIZON_SQL: &str = "
-    SELECT kind, pid, seconds, xids, detail FROM (
+    SELECT kind, pid, seconds, xids, detail, horizon FROM (
         SELECT CASE WHEN backend_type = 'walsender' THEN 'standby feedback'
                     ELSE 'transaction' END AS kind,
-               pid, EXTRACT(EPOCH FROM now() - xact_start)::float8 AS seconds,
-               age(backend_xmin)::int8 AS xids,
+               pid,
+               EXTRACT(EPOCH FROM now() - CASE WHEN state = 'active' AND backend_xmin IS NOT NULL
+                                               THEN query_start ELSE xact_start END)::float8
+                   AS seconds,
+               greatest(age(backend_xmin), age(backend_xid))::int8 AS xids,
                concat_ws(', ', state, 'application_name=' || quote_literal(application_name),
-                         'user=' || usename) AS detail
+                         'user=' || usename) AS detail,
+               COALESCE(backend_xmin, backend_xid)::text AS horizon
         FROM pg_stat_activity
-        WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+        WHERE (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+          AND pid <> pg_backend_pid()
           AND backend_type <> 'autovacuum worker'
           AND (datname = current_database() OR backend_type = 'walsender')
+          AND (application_name IS DISTINCT FROM current_setting('application_name')
+               OR current_setting('application_name') = '' OR backend_type = 'walsender')
         UNION ALL
         SELECT 'prepared transaction', NULL, EXTRACT(EPOCH FROM now() - prepared)::float8,
-               age(transaction)::int8, 'gid=' || quote_literal(gid)
+               age(transaction)::int8, 'gid=' || quote_literal(gid), transaction::text
         FROM pg_prepared_xacts WHERE database = current_database()
         UNION ALL
         SELECT 'replication slot', active_pid, NULL, age(xmin)::int8,
-               'slot_name=' || quote_literal(slot_name)
+               'slot_name=' || quote_literal(slot_name), xmin::text
         FROM pg_replication_slots WHERE xmin IS NOT NULL
     ) h
     ORDER BY xids DESC, seconds DESC NULLS LAST
@@ -303,6 +325,7 @@ impl<E: SinkProbe> Probe<E> {
             seconds: row.try_get(2)?,
             xids: row.try_get(3)?,
             detail: row.try_get::<Option<String>, _>(4)?.unwrap_or_default(),
+            horizon: row.try_get(5)?,
         }))
     }
 }

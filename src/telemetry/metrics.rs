@@ -35,8 +35,8 @@ pub const OLDEST_CLAIMABLE_AGE: &str = "jobrelay_oldest_claimable_age_seconds";
 pub const UP: &str = "jobrelay_up";
 /// Gauge: rows in the dead-letter table.
 pub const DEAD_JOBS: &str = "jobrelay_dead_jobs";
-/// Gauge: how long the oldest transaction holding the database's xmin horizon has been open,
-/// in seconds (0 when none; docs/metrics.md#the-xmin-horizon).
+/// Gauge: how long the oldest holder of the database's xmin horizon has held it, in seconds
+/// (0 when none; docs/metrics.md#the-xmin-horizon).
 pub const XMIN_HORIZON_AGE: &str = "jobrelay_xmin_horizon_age_seconds";
 /// Gauge: how many transaction ids old the database's xmin horizon is.
 pub const XMIN_HORIZON_XIDS: &str = "jobrelay_xmin_horizon_age_xids";
@@ -82,7 +82,7 @@ pub fn describe() {
     describe_gauge!(
         XMIN_HORIZON_AGE,
         Unit::Seconds,
-        "How long the oldest transaction holding the xmin horizon has been open"
+        "How long the oldest holder of the xmin horizon has held it (its running statement, else its transaction; never the relay's own sessions)"
     );
     describe_gauge!(
         XMIN_HORIZON_XIDS,

@@ -167,7 +167,8 @@ impl Episode {
         let c = self.changes.lock().expect("not poisoned");
         match c.reason {
             Some(r) if c.error.is_empty() => r.to_string(),
-            Some(r) => format!("{r} ({})", c.error),
+            // The line names the dependency already (`postgres: too many connections (...)`).
+            Some(r) => format!("{r} ({})", crate::error::without_dependency(&c.error)),
             None => "not checked yet".to_owned(),
         }
     }

@@ -141,9 +141,23 @@ impl Listener {
             .max_connections(1)
             .acquire_timeout(CHECK_TIMEOUT)
             .connect_lazy_with(self.opts.clone());
+        // While Postgres refuses the relay's connections, the listener's attempt is one of the
+        // relay's per backoff step (its pool alone would retry a refusal every few ms).
+        let gate = crate::db::ConnectGate::of(&self.opts);
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ended::Shutdown,
+            admitted = gate.admit(&self.opts, CHECK_TIMEOUT) => {
+                if let Err(e) = admitted {
+                    return Ended::Lost(e.to_string());
+                }
+            }
+        }
         let mut listener = match step(shutdown, PgListener::connect_with(&pool)).await {
             Step::Done(l) => l,
-            Step::Failed(e) => return Ended::Lost(e),
+            Step::Failed(e) => {
+                gate.fail_next();
+                return Ended::Lost(e);
+            }
             Step::Shutdown => return Ended::Shutdown,
         };
         // On a lost connection, end this session (and start a verified new one).
@@ -340,7 +354,7 @@ async fn step<T>(
         _ = shutdown.cancelled() => Step::Shutdown,
         r = tokio::time::timeout(CHECK_TIMEOUT, fut) => match r {
             Ok(Ok(v)) => Step::Done(v),
-            Ok(Err(e)) => Step::Failed(e.to_string()),
+            Ok(Err(e)) => Step::Failed(crate::error::postgres_message(&e)),
             Err(_) => Step::Failed(format!(
                 "no answer within {}",
                 humantime::format_duration(CHECK_TIMEOUT)

@@ -20,15 +20,20 @@ pub struct Horizon {
     pub kind: String,
     /// Its backend's pid (a prepared transaction has none; a slot, while a client uses it).
     pub pid: Option<i32>,
-    /// How long its transaction has been open (prepared), in seconds; `None` for a slot or a
-    /// standby, and for another role's sessions unless the relay's role may read their
-    /// statistics (`pg_read_all_stats`).
+    /// How long it has held the horizon, in seconds, as far as one sample tells: a session's
+    /// running statement's age while it is `active`, else its transaction's (prepared: since
+    /// `PREPARE`); the relay's `HorizonWatch` keeps counting while the same holder keeps the same
+    /// horizon. `None` for a slot or a standby, and for another role's sessions unless the
+    /// relay's role may read their statistics (`pg_read_all_stats`).
     pub seconds: Option<f64>,
     /// How many transaction ids old the horizon it holds is.
     pub xids: i64,
     /// What else identifies it: state and application name, a prepared transaction's gid, a
     /// slot's name.
     pub detail: String,
+    /// The transaction id it holds the horizon at (its `backend_xmin`, else its `backend_xid`),
+    /// as text: the same holder with the same horizon in the next sample has held it since.
+    pub horizon: Option<String>,
 }
 
 /// One sample of the backlog (`jobrelay_pending_jobs`, `jobrelay_oldest_pending_age_seconds`,

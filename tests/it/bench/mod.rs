@@ -8,12 +8,14 @@
 //!   binary, handed over as `JOBRELAY_BIN` like any other setting;
 //! - `horizon`: both phases and the simulated hour;
 //! - `producer_insert`: the producer's insert rates;
-//! - `wait`: pushes with and without `WAIT 1`, on a private primary and replica.
+//! - `wait`: pushes with and without `WAIT 1`, on a private primary and replica;
+//! - `sessions`: the drain, stream and fleet phases, on a private Postgres and Redis.
 
 mod fleet;
 mod horizon;
 mod producer_insert;
 mod relay;
+mod sessions;
 mod wait;
 
 /// Whether the database `db` exists on the server of `database_url`.

@@ -19,6 +19,7 @@ mod http;
 mod messages;
 mod metrics;
 mod peek;
+mod pg_sessions;
 mod pgbouncer;
 mod postgres_states;
 mod probes;

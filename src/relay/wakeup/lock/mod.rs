@@ -31,11 +31,22 @@
 //! transaction of the same database stays open longer than [`XMIN_WAIT_LIMIT`]; transactions
 //! of other databases on the server are not waited for.
 //!
+//! While every worker is busy the task runs no poll, but it sends a keep-alive statement
+//! every [`KEEPALIVE`] (a fifth of [`IDLE_TIMEOUT`]): a drain of a large backlog keeps every
+//! worker in its batches for minutes, and a transaction left idle that long was ended by the
+//! server after [`IDLE_TIMEOUT`] (issue 34: about 5 s into every drain, after which producers
+//! notified again for the rest of it). The keep-alive runs no query on any table and leaves
+//! no snapshot behind: between statements the transaction's `backend_xmin` is NULL.
+//!
 //! A relay that dies releases the lock with its transaction. One that hangs with its
-//! connection open stops polling, and the server ends its transaction after
-//! [`IDLE_TIMEOUT`] (`idle_in_transaction_session_timeout`); other relays still poll
+//! connection open stops polling and sending keep-alives, and the server ends its transaction
+//! after [`IDLE_TIMEOUT`] (`idle_in_transaction_session_timeout`); other relays still poll
 //! meanwhile. Every statement is bounded by [`STATEMENT_LIMIT`] on the client too: a server
-//! that stops answering (a primary gone silent) costs the lock's session, not the task.
+//! that stops answering (a primary gone silent) costs the lock's session, not the task. When
+//! the relay loses the lock while awake (its session ended or failed), it says so once per
+//! episode at WARN (`wake-up lock lost`), takes it again as soon as it can (a new session,
+//! connected through [`crate::db::ConnectGate`]'s backoff), and says INFO `wake-up lock taken
+//! again`.
 
 mod activity;
 mod session;
@@ -58,6 +69,9 @@ use crate::table::TableName;
 pub const AWAKE_POLL: Duration = Duration::from_millis(1);
 /// How often an awake relay whose workers are all busy looks whether it is still awake.
 pub const BUSY_RECHECK: Duration = Duration::from_millis(100);
+/// How long the lock's session may go without a statement while it holds the lock: well under
+/// [`IDLE_TIMEOUT`], after which the server would end its transaction.
+pub const KEEPALIVE: Duration = Duration::from_secs(1);
 
 /// What [`WakeupLock::step`] asks for next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +104,12 @@ pub struct WakeupLock {
     tried_at: Option<Instant>,
     /// While Postgres fails, wait as the workers do instead of polling every millisecond.
     backoff: crate::backoff::Backoff,
+    /// When the session last ran a statement (take, poll or keep-alive).
+    last_statement: Instant,
+    /// No try to take the lock before this (a failed connect or statement backs off).
+    retry_at: Option<Instant>,
+    /// The lock was lost while awake and not taken again yet: the episode is logged once.
+    lost: bool,
 }
 
 impl WakeupLock {
@@ -129,6 +149,9 @@ impl WakeupLock {
             held: false,
             tried_at: None,
             backoff: crate::backoff::Backoff::transient(),
+            last_statement: Instant::now(),
+            retry_at: None,
+            lost: false,
         }
     }
 
@@ -169,8 +192,12 @@ impl WakeupLock {
     /// committed), and wake the workers for one more claim.
     pub async fn step(&mut self, shutdown: &CancellationToken) -> Next {
         if self.activity.is_awake() {
-            if !self.held && self.tried_at.is_none_or(|t| t.elapsed() >= LOCK_WAIT) {
-                self.tried_at = Some(Instant::now());
+            let now = Instant::now();
+            if !self.held
+                && self.tried_at.is_none_or(|t| t.elapsed() >= LOCK_WAIT)
+                && self.retry_at.is_none_or(|t| now >= t)
+            {
+                self.tried_at = Some(now);
                 match try_lock(
                     &self.pool,
                     &mut self.session,
@@ -180,27 +207,59 @@ impl WakeupLock {
                 .await
                 {
                     Ok(true) => {
-                        tracing::debug!("wake-up lock taken: producers skip NOTIFY");
+                        if self.lost {
+                            tracing::info!(
+                                channel = self.channel,
+                                "wake-up lock taken again: producers skip NOTIFY"
+                            );
+                            self.lost = false;
+                        } else {
+                            tracing::debug!("wake-up lock taken: producers skip NOTIFY");
+                        }
                         self.held = true;
+                        self.last_statement = Instant::now();
+                        self.backoff.reset();
+                        self.retry_at = None;
                     }
                     // Producers that skipped NOTIFY while this waited for the lock have
                     // committed or are about to: claim once more so none waits for the poll.
-                    Ok(false) => self.bump(),
+                    Ok(false) => {
+                        self.last_statement = Instant::now();
+                        self.backoff.reset();
+                        self.bump();
+                    }
                     Err(e) => {
-                        tracing::debug!(error = %e, "cannot take the wake-up lock");
+                        tracing::debug!(error = %crate::telemetry::redact::scrub(&e.to_string()),
+                            "cannot take the wake-up lock");
                         (self.session, self.in_tx) = (None, false);
+                        // Not again before the backoff's next step: a server that refuses
+                        // connections is not asked every LOCK_WAIT.
+                        self.retry_at = Some(Instant::now() + self.backoff.next_delay());
                     }
                 }
             }
             let held = self.held;
             if held && !self.activity.anyone_waiting() {
-                // Nobody to wake: every worker is in a batch or waits for a claim slot.
+                // Nobody to wake: every worker is in a batch or waits for a claim slot. The
+                // session still runs a statement every KEEPALIVE, or the server would end its
+                // transaction (idle_in_transaction_session_timeout) in the middle of a drain.
+                if self.last_statement.elapsed() >= KEEPALIVE {
+                    if let Some(con) = self.session.as_mut() {
+                        match bounded(crate::db::simple_query(con, session::KEEPALIVE_SQL)).await {
+                            Ok(_) => self.last_statement = Instant::now(),
+                            Err(e) => return Next::Pause(self.lose(&e)),
+                        }
+                    }
+                }
                 return Next::Busy;
             }
             let pause = match self.session.as_mut().filter(|_| held) {
                 // Not held (a producer's long transaction, or Postgres failing): producers
                 // notify; nothing to poll until the next try.
-                None => LOCK_WAIT,
+                None => self
+                    .retry_at
+                    .map_or(LOCK_WAIT, |t| t.saturating_duration_since(Instant::now()))
+                    .max(LOCK_WAIT),
                 Some(con) => match bounded(crate::db::simple_query(
                     con,
                     &format!(
@@ -217,19 +276,15 @@ impl WakeupLock {
                 .and_then(|row| sqlx::Row::try_get::<bool, _>(&row, 0))
                 {
                     Ok(ready) => {
+                        self.last_statement = Instant::now();
                         if ready {
                             self.bump();
                         }
                         self.backoff.reset();
                         AWAKE_POLL
                     }
-                    Err(e) => {
-                        // The session is gone or failing, and its lock with it (or soon): the
-                        // workers report the outage; this task keeps out of the way.
-                        tracing::debug!(error = %e, "wake-up poll failed");
-                        (self.session, self.in_tx, self.held) = (None, false, false);
-                        self.backoff.next_delay()
-                    }
+                    // The session is gone or failing, and its lock with it (or soon).
+                    Err(e) => self.lose(&e),
                 },
             };
             Next::Pause(pause)
@@ -241,11 +296,31 @@ impl WakeupLock {
             // Rows committed by producers that skipped NOTIFY are visible now.
             tracing::debug!("wake-up lock released: producers notify again");
             self.bump();
-            (self.held, self.in_tx, self.tried_at) = (false, false, None);
+            (self.held, self.in_tx, self.tried_at, self.lost) = (false, false, None, false);
             Next::Pause(Duration::ZERO)
         } else {
+            // Asleep: an episode of loss (the lock not taken again) ends here too.
+            self.lost = false;
             Next::Idle
         }
+    }
+
+    /// The lock's session failed while it held the lock (the server ended it, or it stopped
+    /// answering): producers notify again until it is taken again. Logged once per episode;
+    /// returns the pause before the next try (the backoff's next step).
+    fn lose(&mut self, e: &sqlx::Error) -> Duration {
+        if !self.lost {
+            tracing::warn!(channel = self.channel,
+                error = %crate::telemetry::redact::scrub(&e.to_string()),
+                "wake-up lock lost: its session failed; producers NOTIFY until it is taken again");
+            self.lost = true;
+        } else {
+            tracing::debug!(error = %e, "wake-up lock session failed");
+        }
+        (self.session, self.in_tx, self.held) = (None, false, false);
+        let delay = self.backoff.next_delay();
+        self.retry_at = Some(Instant::now() + delay);
+        delay
     }
 
     /// Closes the lock's session (which releases the lock).

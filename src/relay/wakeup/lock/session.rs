@@ -17,6 +17,9 @@ pub const STATEMENT_LIMIT: Duration = Duration::from_secs(3);
 pub const XMIN_WAIT_LIMIT: Duration = Duration::from_secs(10);
 /// First key of the wake-up lock ("jr"); the second is `hashtext(<channel>)`.
 pub const LOCK_CLASS: i32 = 0x6A72;
+/// The keep-alive statement of a lock held while every worker is busy: reads no table, and
+/// its snapshot ends with it.
+pub(super) const KEEPALIVE_SQL: &str = "SELECT 1";
 
 /// `fut` within [`STATEMENT_LIMIT`]; a timeout is an I/O error (the caller drops the session).
 pub(super) async fn bounded<T>(
@@ -66,7 +69,13 @@ pub(super) async fn try_lock(
         Some(con) => con,
         None => {
             // Not from the pool: the lock's session is counted apart (--pg-max-connections).
-            let con = bounded(PgConnection::connect_with(&pool.connect_options())).await?;
+            // Through the relay's connect gate: while Postgres refuses connections, one
+            // attempt per backoff step for all of the relay's sessions.
+            let opts = pool.connect_options();
+            let con = crate::db::ConnectGate::of(&opts)
+                .connect(&opts, STATEMENT_LIMIT)
+                .await
+                .map_err(crate::db::into_sqlx)?;
             session.insert(con)
         }
     };

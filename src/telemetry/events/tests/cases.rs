@@ -9,6 +9,7 @@ pub(super) fn horizon() -> Horizon {
         seconds: Some(61.0),
         xids: 12,
         detail: "idle in transaction".to_owned(),
+        horizon: Some("731".to_owned()),
     }
 }
 
