@@ -1,11 +1,13 @@
 //! Postgres: the embedded migrations, pools, and the schema version.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{Connection, PgConnection, PgPool, Postgres};
+use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::table::TableName;
@@ -156,9 +158,6 @@ struct GateState {
     attempts: u64,
     failures: u64,
 }
-
-use std::sync::Arc;
-use tokio::time::Instant;
 
 impl ConnectGate {
     fn new() -> Self {
