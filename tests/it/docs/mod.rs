@@ -2,7 +2,7 @@
 //! compiled, compared, parsed or syntax-checked, by its info string; every relative link and
 //! `#anchor` resolves. The rules: docs/README.md#code-blocks.
 
-mod blocks;
+pub(crate) mod blocks;
 mod checks;
 mod links;
 mod session;

@@ -22,14 +22,19 @@ async fn the_guarantee_reads_the_same_in_help_and_docs() {
         "docs/guarantees.md#delivery"
     );
     let mut texts = vec![("--help".to_owned(), help)];
-    for dir in ["docs", "src/config"] {
-        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
-            let path = entry.unwrap().path();
-            texts.push((
-                path.display().to_string(),
-                std::fs::read_to_string(&path).unwrap(),
-            ));
-        }
+    // The README, docs/**/*.md (as the docs test finds them) and the configuration's sources.
+    let mut paths: Vec<_> = crate::docs::blocks::doc_files()
+        .into_iter()
+        .map(|p| root.join(p))
+        .collect();
+    for entry in std::fs::read_dir(root.join("src/config")).unwrap() {
+        paths.push(entry.unwrap().path());
+    }
+    for path in paths {
+        texts.push((
+            path.display().to_string(),
+            std::fs::read_to_string(&path).unwrap(),
+        ));
     }
     for (name, text) in texts {
         // One line of prose at a time, joined where a sentence wraps.
