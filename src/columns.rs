@@ -6,8 +6,10 @@
 use std::ops::Range;
 
 /// The outbox table's columns and their types, as `format_type` prints them (`timestamptz`
-/// for `timestamp with time zone`), in the table's own order (migration 1; docs/schema.md).
-pub(crate) const TYPED: [(&str, &str); 14] = [
+/// for `timestamp with time zone`), in the table's own order (migration 1; docs/schema.md),
+/// except `options`: migration 8 added it at the end of the table, it is listed here with the
+/// job's other columns (statements name their columns, so the table's order does not matter).
+pub(crate) const TYPED: [(&str, &str); 15] = [
     ("id", "bigint"),
     ("uuid", "uuid"),
     ("queue", "text"),
@@ -18,6 +20,7 @@ pub(crate) const TYPED: [(&str, &str); 14] = [
     ("dead_parent", "boolean"),
     ("run_at", "timestamptz"),
     ("headers", "jsonb"),
+    ("options", "jsonb"),
     ("created_at", "timestamptz"),
     ("attempts", "integer"),
     ("available_at", "timestamptz"),
@@ -25,12 +28,12 @@ pub(crate) const TYPED: [(&str, &str); 14] = [
 ];
 
 /// The columns' names, in the table's order: [`TYPED`] without the types.
-pub(crate) const COLUMNS: [&str; 14] = names(TYPED);
+pub(crate) const COLUMNS: [&str; 15] = names(TYPED);
 
 /// Every column.
 pub(crate) const ALL: Range<usize> = 0..COLUMNS.len();
-/// What a producer writes: the job, `uuid` through `headers`.
-pub(crate) const JOB: Range<usize> = at::UUID..at::HEADERS + 1;
+/// What a producer writes: the job, `uuid` through `options`.
+pub(crate) const JOB: Range<usize> = at::UUID..at::OPTIONS + 1;
 /// What requeueing a dead letter moves: the job and `created_at`.
 pub(crate) const JOB_AND_CREATED: Range<usize> = at::UUID..at::CREATED_AT + 1;
 /// The columns the claim returns first, in this order: `id` through `attempts`. Two flags
@@ -56,6 +59,7 @@ pub(crate) mod at {
     pub(crate) const DEAD_PARENT: usize = position(&COLUMNS, "dead_parent");
     pub(crate) const RUN_AT: usize = position(&COLUMNS, "run_at");
     pub(crate) const HEADERS: usize = position(&COLUMNS, "headers");
+    pub(crate) const OPTIONS: usize = position(&COLUMNS, "options");
     pub(crate) const CREATED_AT: usize = position(&COLUMNS, "created_at");
     pub(crate) const ATTEMPTS: usize = position(&COLUMNS, "attempts");
     /// The claim's flag `buried`, after the columns of [`CLAIMED`].
@@ -112,11 +116,11 @@ fn sql_type(column: &str) -> &'static str {
 }
 
 /// The element type of the array that carries a column into `unnest`: the column's own type,
-/// except that `headers` travels as text (cast to jsonb on the way in) and `available_at` as a
-/// delay in seconds.
+/// except that `headers` and `options` travel as text (cast to jsonb on the way in) and
+/// `available_at` as a delay in seconds.
 fn array_type(column: &str) -> &'static str {
     match column {
-        "headers" => "text",
+        "headers" | "options" => "text",
         "available_at" => "float8",
         c => sql_type(c),
     }
@@ -173,6 +177,7 @@ fn unnest_as(range: Range<usize>, alias: &str, extra: &str) -> String {
 pub(crate) fn from_unnest(range: Range<usize>) -> String {
     list_with(range, |c| match c {
         "headers" => "u.headers::jsonb".to_owned(),
+        "options" => "u.options::jsonb".to_owned(),
         "available_at" => "now() + u.delay * interval '1 second'".to_owned(),
         c => format!("u.{c}"),
     })
@@ -188,13 +193,14 @@ mod tests {
             (at::ID, "id"),
             (at::PAYLOAD, "payload"),
             (at::HEADERS, "headers"),
+            (at::OPTIONS, "options"),
             (at::ATTEMPTS, "attempts"),
         ] {
             assert_eq!(COLUMNS[i], name);
         }
         // The claim returns every column before `available_at`, then its two flags.
         assert_eq!((CLAIMED.start, COLUMNS[CLAIMED.end]), (0, "available_at"));
-        assert_eq!((at::BURIED, at::CAPPED), (12, 13));
+        assert_eq!((at::BURIED, at::CAPPED), (13, 14));
         assert_eq!(list(JOB_AND_CREATED), format!("{}, created_at", list(JOB)));
     }
 
@@ -203,11 +209,12 @@ mod tests {
         assert_eq!(
             unnest(JOB),
             "unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::uuid[], $6::uuid[], \
-             $7::boolean[], $8::timestamptz[], $9::text[]) AS u(uuid, queue, job_type, payload, \
-             parent_uuid, predecessor_uuid, dead_parent, run_at, headers)"
+             $7::boolean[], $8::timestamptz[], $9::text[], $10::text[]) AS u(uuid, queue, \
+             job_type, payload, parent_uuid, predecessor_uuid, dead_parent, run_at, headers, \
+             options)"
         );
         assert!(unnest(ALL).starts_with("unnest($1::bigint[], "));
-        assert!(unnest(ALL).contains("$12::integer[], $13::float8[], $14::text[]"));
+        assert!(unnest(ALL).contains("$13::integer[], $14::float8[], $15::text[]"));
         assert!(unnest(ALL).ends_with("attempts, delay, last_error)"));
         assert!(from_unnest(ALL).contains("now() + u.delay * interval '1 second'"));
     }

@@ -360,7 +360,12 @@ pub fn begin_statement(statement_timeout: Duration, idle_in_transaction: Duratio
 /// The columns of an outbox table and their types (docs/schema.md), as `format_type` prints
 /// them (`timestamptz` for `timestamp with time zone`), in the table's order. Other columns may
 /// follow. The same list every statement on the outbox is rendered from.
-pub const OUTBOX_COLUMNS: [(&str, &str); 14] = crate::columns::TYPED;
+pub const OUTBOX_COLUMNS: [(&str, &str); 15] = crate::columns::TYPED;
+
+/// The columns of [`OUTBOX_COLUMNS`] that `migrate` adds to an existing outbox and its
+/// dead-letter table that lack them (migration 8, `jobrelay_create_outbox`): their absence does
+/// not make a table unfit. Present with another type, they do.
+const ADDED_BY_MIGRATE: [&str; 1] = ["options"];
 
 /// The dead-letter table's column besides [`OUTBOX_COLUMNS`] (docs/schema.md).
 pub const DEAD_LETTER_COLUMN: (&str, &str) = ("dead_at", "timestamptz");
@@ -368,7 +373,8 @@ pub const DEAD_LETTER_COLUMN: (&str, &str) = ("dead_at", "timestamptz");
 pub use crate::error::UnfitOutbox;
 
 /// Whether `table` or its dead-letter table already exists with a shape the relay cannot use:
-/// not a plain table, or without one of the columns of docs/schema.md (with its type). Tables that do
+/// not a plain table, or without one of the columns of docs/schema.md (with its type; a
+/// missing `options` is fine: `migrate` adds it). Tables that do
 /// not exist yet are fine (`migrate` creates them), and so are additional columns. Reads the
 /// catalog only.
 pub async fn unfit_outbox(pool: &PgPool, table: &TableName) -> Result<Option<UnfitOutbox>> {
@@ -438,6 +444,8 @@ async fn table_problems(
     let mut wrong = Vec::new();
     for &(name, ty) in columns {
         match have.iter().find(|(n, _)| n == name) {
+            // `migrate` adds it to an outbox made before it existed.
+            None if ADDED_BY_MIGRATE.contains(&name) => {}
             None => missing.push(format!("{name} {ty}")),
             Some((_, actual)) if short(actual) != ty => {
                 wrong.push(format!("{name} is {}, not {ty}", short(actual)));

@@ -52,6 +52,7 @@ pub async fn bench_naive(sb: &Sandbox, args: &Args) -> Result<serde_json::Value,
             run_at: None,
             created_at,
             headers: Default::default(),
+            options: Default::default(),
         };
         enqueuer.enqueue(&mut con, &job).await?;
         sqlx::query("DELETE FROM pending_jobs WHERE id = $1")

@@ -48,6 +48,7 @@ fn jobs(n: usize) -> Vec<Job> {
             run_at: None,
             created_at: chrono::Utc::now(),
             headers: Default::default(),
+            options: Default::default(),
         })
         .collect()
 }

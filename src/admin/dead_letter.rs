@@ -222,7 +222,7 @@ pub async fn list(
 }
 
 /// Moves the selected rows back into the outbox table, keeping the job (uuid, queue, job type,
-/// payload, parent, predecessor, dead_parent, run_at, headers, created_at) with attempts reset
+/// payload, parent, predecessor, dead_parent, run_at, headers, options, created_at) with attempts reset
 /// and available now. All or nothing: one transaction.
 ///
 /// Selected rows whose `run_at` or `created_at` cannot travel in a job (`infinity`,

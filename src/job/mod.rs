@@ -49,7 +49,15 @@ pub struct Job {
     pub created_at: DateTime<Utc>,
     /// String-to-string metadata, e.g. `traceparent`.
     pub headers: BTreeMap<String, String>,
+    /// The runner's own job options (the row's `options`, docs/schema.md), e.g. Sidekiq's
+    /// `retry`: names and JSON values as the runner's client takes them. Each layout carries
+    /// the ones it knows into the runner's own fields and refuses any other
+    /// (docs/layouts/README.md#job-options). Empty for most jobs, and then free.
+    pub options: Options,
 }
+
+/// A job's runner options: a JSON object ([`Job::options`]).
+pub type Options = serde_json::Map<String, serde_json::Value>;
 
 /// Checks a queue name against docs/schema.md: 1..=128 characters of `[A-Za-z0-9_.:-]`.
 pub fn validate_queue(queue: &str) -> Result<()> {
@@ -135,6 +143,14 @@ impl Job {
             return "{}".to_owned();
         }
         serde_json::to_string(&self.headers).expect("a string-to-string map serialises")
+    }
+
+    /// The options as a JSON object (what the table's `options` column holds).
+    pub fn options_json(&self) -> String {
+        if self.options.is_empty() {
+            return "{}".to_owned();
+        }
+        serde_json::to_string(&self.options).expect("a JSON map serialises")
     }
 
     /// The protobuf message of this job.
@@ -233,6 +249,7 @@ mod tests {
             run_at: run_at.map(t),
             created_at: t(created_at),
             headers: BTreeMap::new(),
+            options: Options::new(),
         }
     }
 

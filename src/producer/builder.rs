@@ -7,7 +7,7 @@ use chrono::{DateTime, SubsecRound, Utc};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
-use crate::job::Job;
+use crate::job::{Job, Options};
 
 /// Builds a [`Job`], refusing invalid input when [`JobBuilder::build`] is called.
 ///
@@ -52,6 +52,7 @@ pub struct JobBuilder {
     dead_parent: bool,
     run_at: Option<When>,
     headers: BTreeMap<String, String>,
+    options: Options,
     /// The first error a setter met (field, reason); reported by `build` so that setters stay
     /// chainable.
     error: Option<(&'static str, String)>,
@@ -82,6 +83,7 @@ impl JobBuilder {
             dead_parent: false,
             run_at: None,
             headers: BTreeMap::new(),
+            options: Options::new(),
             error: None,
             #[cfg(feature = "otel")]
             trace: None,
@@ -258,6 +260,17 @@ impl JobBuilder {
         self
     }
 
+    /// Sets one of the runner's own job options, replacing an earlier value of `name`: a name
+    /// and a JSON value as the runner's client takes them, e.g. `.option("retry", false)` for
+    /// Sidekiq or `.option("attempts", 3)` for BullMQ (the row's `options`, docs/schema.md).
+    /// The layout carries it into the runner's own field; a name it does not know, or a value
+    /// of the wrong type, is a permanent failure when the job is relayed
+    /// (docs/layouts/README.md#job-options).
+    pub fn option(mut self, name: impl Into<String>, value: impl Into<serde_json::Value>) -> Self {
+        self.options.insert(name.into(), value.into());
+        self
+    }
+
     /// Takes `traceparent` (and `tracestate`) from `context` rather than from the current
     /// OpenTelemetry context. With `tracing-opentelemetry`, pass
     /// `tracing::Span::current().context()`. A context without a valid span adds nothing.
@@ -270,7 +283,7 @@ impl JobBuilder {
     /// Validates the job and returns it, with a uuid generated when none was given.
     ///
     /// Refused with [`Error::InvalidJob`] naming the field: `queue`, `job_type`, `uuid`,
-    /// `payload`, `parent_uuid`, `predecessor_uuid`, `run_at` or `headers`. These are the
+    /// `payload`, `parent_uuid`, `predecessor_uuid`, `run_at`, `headers` or `options`. These are the
     /// checks of the table's CHECK constraints and of the enqueue algorithm, plus what Postgres
     /// would refuse later (a NUL character in a text or JSON value), so that a job that builds
     /// also inserts and relays.
@@ -325,6 +338,7 @@ impl JobBuilder {
             run_at,
             created_at: now,
             headers: self.headers,
+            options: self.options,
         };
         check(&job)?;
         Ok(job)
@@ -397,7 +411,33 @@ pub(crate) fn check(job: &Job) -> Result<()> {
             ));
         }
     }
+    if let Some(name) = job
+        .options
+        .iter()
+        .find(|(name, value)| name.is_empty() || name.contains('\0') || holds_nul(value))
+        .map(|(name, _)| name)
+    {
+        return Err(Error::invalid(
+            "options",
+            if name.is_empty() {
+                "an option name must not be empty".to_owned()
+            } else {
+                format!("option {name:?} contains a NUL character, which jsonb cannot store")
+            },
+        ));
+    }
     Ok(())
+}
+
+/// Whether a string anywhere in `value` (a key or a value) holds a NUL character.
+fn holds_nul(value: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(holds_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
+        _ => false,
+    }
 }
 
 #[cfg(test)]

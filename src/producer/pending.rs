@@ -220,6 +220,7 @@ impl PendingJobs {
         let mut dead_parents = Vec::with_capacity(n);
         let mut run_ats = Vec::with_capacity(n);
         let mut headers = Vec::with_capacity(n);
+        let mut options = Vec::with_capacity(n);
         for &i in &todo {
             let job = &self.jobs[i];
             uuids.push(job.uuid);
@@ -231,6 +232,7 @@ impl PendingJobs {
             dead_parents.push(job.dead_parent);
             run_ats.push(job.run_at);
             headers.push(job.headers_json());
+            options.push(job.options_json());
         }
         let rows: Vec<(i64, Uuid, DateTime<Utc>)> = sqlx::query_as(&self.producer.inner.sql.insert)
             .bind(&uuids)
@@ -242,6 +244,7 @@ impl PendingJobs {
             .bind(&dead_parents)
             .bind(&run_ats)
             .bind(&headers)
+            .bind(&options)
             .fetch_all(conn)
             .await?;
         if rows.len() != n {

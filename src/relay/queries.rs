@@ -110,7 +110,7 @@ impl Queries {
             c => c.to_owned(),
         });
         // What the claim returns, decoded by position (`columns::at`): a payload over `$4`
-        // comes back empty (it was buried), the headers as JSON text.
+        // comes back empty (it was buried), the headers and options as JSON text.
         let returning = columns::list_with(CLAIMED, |c| match c {
             "payload" => {
                 "CASE WHEN octet_length(payload) > $4::int8 THEN ''::bytea ELSE payload END \
@@ -118,6 +118,7 @@ impl Queries {
                     .to_owned()
             }
             "headers" => "headers::text AS headers".to_owned(),
+            "options" => "options::text AS options".to_owned(),
             c => c.to_owned(),
         });
         // Then the flags, in the order of `columns::CLAIM_FLAGS` (`at::BURIED`, `at::CAPPED`):

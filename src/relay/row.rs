@@ -10,10 +10,10 @@ use uuid::Uuid;
 
 use crate::columns::{at, COLUMNS};
 use crate::error::{Error, Result};
-use crate::job::Job;
+use crate::job::{Job, Options};
 use crate::pg_timestamp::{PgTimestamp, RELAYABLE_RANGE};
 
-/// A row as the claim query returns it (`headers` as JSON text; the timestamps as Postgres
+/// A row as the claim query returns it (`headers` and `options` as JSON text; the timestamps as Postgres
 /// stores them, so that any value decodes and a row handed back keeps it exactly).
 #[derive(Debug)]
 #[cfg_attr(test, derive(Clone, PartialEq))]
@@ -28,6 +28,7 @@ pub(crate) struct PendingRow {
     pub dead_parent: bool,
     pub run_at: Option<PgTimestamp>,
     pub headers: String,
+    pub options: String,
     pub created_at: PgTimestamp,
     pub attempts: i32,
 }
@@ -49,6 +50,7 @@ impl<'r> sqlx::FromRow<'r, PgRow> for PendingRow {
             dead_parent: row.try_get(at::DEAD_PARENT)?,
             run_at: row.try_get(at::RUN_AT)?,
             headers: row.try_get(at::HEADERS)?,
+            options: row.try_get(at::OPTIONS)?,
             created_at: row.try_get(at::CREATED_AT)?,
             attempts: row.try_get(at::ATTEMPTS)?,
         })
@@ -56,8 +58,8 @@ impl<'r> sqlx::FromRow<'r, PgRow> for PendingRow {
 }
 
 /// What the relay keeps of a row while its job is pushed: its id and attempts, and the values
-/// the job holds in another form (`headers` as the JSON text it was, the timestamps as Postgres
-/// stores them). With the job, it is the row again, unchanged ([`PendingRow::rejoin`]).
+/// the job holds in another form (`headers` and `options` as the JSON text they were, the
+/// timestamps as Postgres stores them). With the job, it is the row again, unchanged ([`PendingRow::rejoin`]).
 #[derive(Debug)]
 pub(crate) struct RowMeta {
     pub id: i64,
@@ -65,6 +67,7 @@ pub(crate) struct RowMeta {
     run_at: Option<PgTimestamp>,
     created_at: PgTimestamp,
     headers: String,
+    options: String,
 }
 
 /// What a job holds of a row in another form than the row's: parsed and converted, once.
@@ -72,6 +75,7 @@ struct Converted {
     run_at: Option<DateTime<Utc>>,
     created_at: DateTime<Utc>,
     headers: BTreeMap<String, String>,
+    options: Options,
 }
 
 impl PendingRow {
@@ -96,6 +100,7 @@ impl PendingRow {
             dead_parent,
             run_at,
             headers,
+            options,
             created_at,
             attempts,
         } = self;
@@ -105,6 +110,7 @@ impl PendingRow {
             run_at,
             created_at,
             headers,
+            options,
         };
         let job = Job {
             uuid,
@@ -117,21 +123,24 @@ impl PendingRow {
             run_at: converted.run_at,
             created_at: converted.created_at,
             headers: converted.headers,
+            options: converted.options,
         };
         Ok((meta, job))
     }
 
     /// The row's values converted for its job, or why it can never be one, in this order:
-    /// `run_at`, `created_at`, `headers`, then `queue`, `job_type` and `uuid`.
+    /// `run_at`, `created_at`, `headers`, `options`, then `queue`, `job_type` and `uuid`.
     fn validated(&self) -> Result<Converted> {
         let run_at = self.run_at.map(|t| relayable("run_at", t)).transpose()?;
         let created_at = relayable("created_at", self.created_at)?;
         let headers = parse_headers(&self.headers)?;
+        let options = parse_options(&self.options)?;
         crate::job::validate_identity(self.uuid, &self.queue, &self.job_type)?;
         Ok(Converted {
             run_at,
             created_at,
             headers,
+            options,
         })
     }
 
@@ -149,6 +158,7 @@ impl PendingRow {
             dead_parent: job.dead_parent,
             run_at: meta.run_at,
             headers: meta.headers,
+            options: meta.options,
             created_at: meta.created_at,
             attempts: meta.attempts,
         }
@@ -170,6 +180,16 @@ pub(crate) fn parse_headers(text: &str) -> Result<BTreeMap<String, String>> {
     }
     serde_json::from_str(text)
         .map_err(|e| Error::invalid("headers", format!("must be a JSON object of strings ({e})")))
+}
+
+/// Parses `options`: a JSON object. The empty object, what nearly every row holds, is not
+/// parsed at all.
+pub(crate) fn parse_options(text: &str) -> Result<Options> {
+    if text == "{}" {
+        return Ok(Options::new());
+    }
+    serde_json::from_str(text)
+        .map_err(|e| Error::invalid("options", format!("must be a JSON object ({e})")))
 }
 
 /// A claimed row, and whether the claim itself moved it to the dead letters (its payload is
@@ -209,6 +229,7 @@ pub(crate) struct RowArrays {
     dead_parent: Vec<bool>,
     run_at: Vec<Option<PgTimestamp>>,
     headers: Vec<String>,
+    options: Vec<String>,
     created_at: Vec<PgTimestamp>,
     attempts: Vec<i32>,
     delay: Vec<f64>,
@@ -229,6 +250,7 @@ impl RowArrays {
             dead_parent: Vec::with_capacity(n),
             run_at: Vec::with_capacity(n),
             headers: Vec::with_capacity(n),
+            options: Vec::with_capacity(n),
             created_at: Vec::with_capacity(n),
             attempts: Vec::with_capacity(n),
             delay: Vec::with_capacity(n),
@@ -251,6 +273,7 @@ impl RowArrays {
             dead_parent,
             run_at,
             headers,
+            options,
             created_at,
             attempts,
         } = row;
@@ -264,6 +287,7 @@ impl RowArrays {
         self.dead_parent.push(dead_parent);
         self.run_at.push(run_at);
         self.headers.push(headers);
+        self.options.push(options);
         self.created_at.push(created_at);
         self.attempts.push(attempts);
         self.delay.push(delay);
@@ -289,6 +313,7 @@ impl RowArrays {
                 "dead_parent" => query.bind(take(&mut self.dead_parent)),
                 "run_at" => query.bind(take(&mut self.run_at)),
                 "headers" => query.bind(take(&mut self.headers)),
+                "options" => query.bind(take(&mut self.options)),
                 "created_at" => query.bind(take(&mut self.created_at)),
                 "attempts" => query.bind(take(&mut self.attempts)),
                 "available_at" => query.bind(take(&mut self.delay)),

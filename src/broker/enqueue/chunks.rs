@@ -88,7 +88,7 @@ impl<'a> Chunks<'a> {
 
 impl Enqueuer {
     /// Validates (unless `checks` says it is) and marshals `job` into `buf`, refusing one the
-    /// layout cannot express or over the size limit.
+    /// layout cannot express (its options first, when it has any) or over the size limit.
     pub(super) fn marshal_checked(
         &self,
         job: &Job,
@@ -98,13 +98,15 @@ impl Enqueuer {
         if checks == Checks::Validate {
             job.validate()?;
         }
-        self.layout
-            .encode(job, buf)
-            .map_err(|reason| Error::Unfit {
-                uuid: job.uuid,
-                layout: self.layout.name(),
-                reason,
-            })?;
+        let unfit = |reason| Error::Unfit {
+            uuid: job.uuid,
+            layout: self.layout.name(),
+            reason,
+        };
+        if !job.options.is_empty() {
+            self.layout.check_options(&job.options).map_err(unfit)?;
+        }
+        self.layout.encode(job, buf).map_err(unfit)?;
         if buf.len() > self.max_job_bytes {
             return Err(Error::TooLarge {
                 uuid: job.uuid,

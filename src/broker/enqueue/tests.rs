@@ -15,6 +15,7 @@ fn job(n: u128, parent: Option<u128>, pred: Option<u128>) -> Job {
         run_at: None,
         created_at: Utc::now(),
         headers: BTreeMap::new(),
+        options: Default::default(),
     }
 }
 

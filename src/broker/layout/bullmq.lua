@@ -13,9 +13,12 @@
 --          scripts on a Cluster).
 -- ARGV[1]  key namespace: BullMQ's prefix followed by ':' ("bull:" for BullMQ's default)
 -- ARGV[2]  dedup marker TTL in milliseconds ("0": the marker never expires)
--- then 4 values per job: uuid, route, name, data
+-- then 5 values per job: uuid, route, name, data, opts
 -- where route is "" for a job without run_at, else run_at in epoch milliseconds (rounded up),
--- name is the job's name (job_type) and data its JSON (the payload).
+-- name is the job's name (job_type), data its JSON (the payload), and opts "" for a job without
+-- options (opts stored: {"jobId":..,"attempts":0}), else "F" or "L" (lifo: RPUSH to the wait
+-- list's head, as BullMQ's addJobInTargetList) and the members opts holds after jobId and delay,
+-- each with its leading comma (bullmq.rs, opts_arg).
 --
 -- Per job, as Queue.add with opts {jobId: <uuid>}:
 --   INCR <q>:id (BullMQ counts custom ids too; here one INCRBY per queue and call)
@@ -42,7 +45,7 @@
 -- outcome 5, nothing written. A key of another type refuses the job (a string, nothing
 -- written for it, no marker). Markers are written last.
 local ttl = ARGV[2]
-local FIELDS = 4
+local FIELDS = 5
 local n = #KEYS - 1
 
 local t = redis.call('TIME')
@@ -178,17 +181,24 @@ end
 
 for _, j in ipairs(accepted) do
   local q, id, job_key, delay = queue_at[j], ids[j], job_keys[j], delays[j]
-  -- Job j's arguments: ARGV[3 + FIELDS * (j - 1)] (uuid), then its route, name and data.
-  local name, data = ARGV[FIELDS * j + 1], ARGV[FIELDS * j + 2]
+  -- Job j's arguments: ARGV[3 + FIELDS * (j - 1)] (uuid), then its route, name, data, opts.
+  local name, data = ARGV[FIELDS * j], ARGV[FIELDS * j + 1]
+  local opts, lifo = ARGV[FIELDS * j + 2], false
+  if opts == '' then
+    opts = ',"attempts":0'
+  else
+    lifo = string.sub(opts, 1, 1) == 'L'
+    opts = string.sub(opts, 2)
+  end
   local events = q.events
   if delay > 0 then
     local d = string.format('%d', delay)
     redis.call('HMSET', job_key, 'name', name, 'data', data,
-      'opts', '{"jobId":"' .. id .. '","delay":' .. d .. ',"attempts":0}',
+      'opts', '{"jobId":"' .. id .. '","delay":' .. d .. opts .. '}',
       'timestamp', now_s, 'delay', d, 'priority', '0')
   else
     redis.call('HMSET', job_key, 'name', name, 'data', data,
-      'opts', '{"jobId":"' .. id .. '","attempts":0}',
+      'opts', '{"jobId":"' .. id .. '"' .. opts .. '}',
       'timestamp', now_s, 'delay', '0', 'priority', '0')
   end
   redis.call('XADD', events, '*', 'event', 'added', 'jobId', id, 'name', name)
@@ -209,7 +219,11 @@ for _, j in ipairs(accepted) do
     redis.call('XADD', events, '*', 'event', 'delayed', 'jobId', id, 'delay', due)
     q.delayed = true
   else
-    append(lists, list_keys, q.target, id)
+    if lifo then
+      redis.call('RPUSH', q.target, id)
+    else
+      append(lists, list_keys, q.target, id)
+    end
     q.pushed = true
     redis.call('XADD', events, '*', 'event', 'waiting', 'jobId', id)
   end

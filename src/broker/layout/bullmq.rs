@@ -19,6 +19,12 @@
 //!   never reads, for `--dedup-ttl` (to twice that): a row replayed after its job was removed
 //!   on completion (`removeOnComplete`) is a duplicate, where BullMQ's own duplicate-id check
 //!   (the job hash exists) would add it again.
+//! - Job options (the row's `options`, [`OPTIONS`]): `attempts`, `backoff`, `removeOnComplete`,
+//!   `removeOnFail`, `lifo`, `keepLogs`, `stackTraceLimit`, by BullMQ's names and types, stored
+//!   in the job's `opts` as `Queue.add` stores them (`backoff` given as a number becomes
+//!   `{"type":"fixed","delay":n}`, `keepLogs` is stored as `kl`); a `lifo` job goes to the
+//!   wait list's head. `priority` is refused: a prioritized job lives in the queue's
+//!   `prioritized` set, which this layout does not write.
 //! - No flows: BullMQ's parent waits for its children (the reverse of a jobrelay parent), so a
 //!   row naming a parent or predecessor is [`Unfit`]. Headers have no place in a BullMQ job and
 //!   are not written.
@@ -31,7 +37,8 @@ use std::fmt::Write as _;
 use chrono::{DateTime, Utc};
 
 use super::{push_queue_key, refuse_flows, Layout, LayoutKind, Payload, Unfit};
-use crate::job::Job;
+use crate::job::{Job, Options};
+use serde_json::Value;
 
 /// The layout.
 pub(super) static BULLMQ: Bullmq = Bullmq;
@@ -46,11 +53,130 @@ const MARKER_INFIX: &str = "jobrelay:bullmq:";
 /// The wait list's suffix after the queue's name: `<ns><queue>:wait`.
 const WAIT_SUFFIX: &str = ":wait";
 
-/// What one job adds to a script call besides its data, the namespace (twice), its queue name
-/// and its name: the uuid (36), `:wait` (5), the route (at most 20
-/// digits), the framing of five bulk strings (5 each plus the digits of their lengths, at most
-/// 3, 3, 2, 3 and 10): 125.
+/// What one job adds to a script call besides its data, its options (counted apart), the
+/// namespace (twice), its queue name and its name: the uuid (36), `:wait` (5), the route (at
+/// most 20 digits), the framing of six bulk strings (5 each plus the digits of their lengths,
+/// at most 3, 3, 2, 3, 10 and 1 for an empty opts): 131.
 const ARGS_OVERHEAD: usize = 144;
+
+/// The job options BullMQ's `Queue.add` takes that this layout carries, by their names
+/// (`JobsOptions`, src/types/job-options.ts), and what each must be.
+pub(crate) const OPTIONS: [&str; 7] = [
+    "attempts",
+    "backoff",
+    "removeOnComplete",
+    "removeOnFail",
+    "lifo",
+    "keepLogs",
+    "stackTraceLimit",
+];
+
+/// Whether `v` is an integer >= 0.
+fn count(v: &Value) -> bool {
+    v.as_u64().is_some()
+}
+
+/// A field of an option's object, and the test its value must pass.
+type Field = (&'static str, fn(&Value) -> bool);
+
+/// Whether `v` is an object of only the `fields`, each passing its test, with the `required`
+/// ones present.
+fn object_of(v: &Value, required: &[&str], fields: &[Field]) -> bool {
+    let Some(map) = v.as_object() else {
+        return false;
+    };
+    required.iter().all(|r| map.contains_key(*r))
+        && map
+            .iter()
+            .all(|(k, v)| fields.iter().any(|(name, fits)| name == k && fits(v)))
+}
+
+/// What option `name` must be, when `value` is not that.
+fn misfit(name: &str, value: &Value) -> Option<&'static str> {
+    let keep_jobs = |v: &Value| {
+        v.is_boolean() || count(v) || object_of(v, &[], &[("age", count), ("count", count)])
+    };
+    let (fits, what) = match name {
+        "attempts" | "keepLogs" | "stackTraceLimit" => (count(value), "an integer >= 0"),
+        "lifo" => (value.is_boolean(), "true or false"),
+        "removeOnComplete" | "removeOnFail" => (
+            keep_jobs(value),
+            "true, false, an integer >= 0 or {\"age\": seconds, \"count\": n}",
+        ),
+        "backoff" => (
+            count(value)
+                || object_of(
+                    value,
+                    &["type"],
+                    &[
+                        ("type", |v: &Value| v.is_string()),
+                        ("delay", count),
+                        ("jitter", |v: &Value| {
+                            v.as_f64().is_some_and(|j| (0.0..=1.0).contains(&j))
+                        }),
+                    ],
+                ),
+            "milliseconds (an integer >= 0) or {\"type\": \"fixed\" or \"exponential\", \
+             \"delay\": milliseconds, \"jitter\": 0..1}",
+        ),
+        _ => return None,
+    };
+    (!fits).then_some(what)
+}
+
+/// Refuses `priority` (with why), names not in [`OPTIONS`], and values of the wrong type.
+fn check_options(options: &Options) -> Result<(), Unfit> {
+    if options.contains_key("priority") {
+        return Err(Unfit(
+            "option \"priority\" for the bullmq layout; not carried: BullMQ keeps a \
+             prioritized job in the queue's prioritized set (Queue.add's addPrioritizedJob), \
+             which this layout does not write yet"
+                .to_owned(),
+        ));
+    }
+    super::refuse_unknown_options("bullmq", &OPTIONS, options)?;
+    for (name, value) in options {
+        if let Some(what) = misfit(name, value) {
+            return Err(Unfit(format!(
+                "option {name:?} for the bullmq layout; must be {what}, not {value}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The script's `opts` argument for a job's (checked) options: empty without options (the
+/// script then stores `"attempts":0`, as `Queue.add`), else `F` or `L` (`lifo`) followed by the
+/// members `opts` gets after `jobId` and `delay`, each with its leading comma, as `Queue.add`
+/// stores them: `attempts` (0 unless given), `backoff` normalized (a number `n` is
+/// `{"type":"fixed","delay":n}`, BullMQ's `Backoffs.normalize`), `keepLogs` as `kl`
+/// (`optsEncodeMap`), the others as given.
+fn opts_arg(options: &Options, out: &mut String) {
+    out.clear();
+    if options.is_empty() {
+        return;
+    }
+    let lifo = options.get("lifo") == Some(&Value::Bool(true));
+    out.push(if lifo { 'L' } else { 'F' });
+    if !options.contains_key("attempts") {
+        out.push_str(",\"attempts\":0");
+    }
+    for (name, value) in options {
+        let stored = match name.as_str() {
+            "keepLogs" => "kl",
+            other => other,
+        };
+        let _ = write!(out, ",{}:", Value::String(stored.to_owned()));
+        match (name.as_str(), value) {
+            ("backoff", Value::Number(n)) => {
+                let _ = write!(out, "{{\"type\":\"fixed\",\"delay\":{n}}}");
+            }
+            _ => {
+                let _ = write!(out, "{value}");
+            }
+        }
+    }
+}
 
 /// `run_at` in epoch milliseconds, rounded up: BullMQ runs a delayed job once its due
 /// millisecond has come, so a job never runs before its `run_at`.
@@ -121,6 +247,14 @@ impl Layout for Bullmq {
         concat!(include_str!("prelude.lua"), include_str!("bullmq.lua"))
     }
 
+    fn options(&self) -> &'static [&'static str] {
+        &OPTIONS
+    }
+
+    fn check_options(&self, options: &Options) -> std::result::Result<(), Unfit> {
+        check_options(options)
+    }
+
     /// The job's data (the payload, checked to be JSON).
     fn encode(&self, job: &Job, buf: &mut Vec<u8>) -> std::result::Result<(), Unfit> {
         refuse_flows(
@@ -139,9 +273,9 @@ impl Layout for Bullmq {
         Ok(())
     }
 
-    /// One key, the wait list `<ns><queue>:wait`, and four arguments: the uuid, the route
-    /// (empty, or `run_at` in epoch milliseconds), the job's
-    /// name and its data; see bullmq.lua.
+    /// One key, the wait list `<ns><queue>:wait`, and five arguments: the uuid, the route
+    /// (empty, or `run_at` in epoch milliseconds), the job's name, its data and its options
+    /// ([`opts_arg`]: empty for a job without); see bullmq.lua.
     fn push_args(
         &self,
         inv: &mut redis::ScriptInvocation<'_>,
@@ -155,11 +289,20 @@ impl Layout for Bullmq {
             let _ = write!(key, "{}", epoch_ms_ceil(at));
         }
         inv.arg(&*key).arg(&job.job_type).arg(encoded);
+        opts_arg(&job.options, key);
+        inv.arg(&*key);
         key.clear();
     }
 
     fn args_overhead(&self, namespace: &str, job: &Job, _encoded_len: usize) -> usize {
-        2 * namespace.len() + job.queue.len() + job.job_type.len() + ARGS_OVERHEAD
+        let options = if job.options.is_empty() {
+            0
+        } else {
+            let mut opts = String::new();
+            opts_arg(&job.options, &mut opts);
+            opts.len() + 16
+        };
+        2 * namespace.len() + job.queue.len() + job.job_type.len() + ARGS_OVERHEAD + options
     }
 
     fn marker_infix(&self) -> &'static str {
@@ -184,6 +327,7 @@ impl Layout for Bullmq {
 mod tests {
     use super::super::test_job;
     use super::*;
+    use serde_json::json;
 
     fn job(payload: &str) -> Job {
         test_job("emails", "send", payload.as_bytes())
@@ -234,6 +378,82 @@ mod tests {
         let mut j = job("{}");
         j.queue = "a:b".into();
         assert!(BULLMQ.encode(&j, &mut buf).unwrap_err().0.contains("':'"));
+    }
+
+    fn options(json: serde_json::Value) -> Options {
+        serde_json::from_value(json).unwrap()
+    }
+
+    /// The script's opts argument: empty without options; else the lifo flag and the members
+    /// as `Queue.add` stores them.
+    #[test]
+    fn opts_are_stored_as_queue_add_stores_them() {
+        let mut out = String::from("stale");
+        opts_arg(&Options::new(), &mut out);
+        assert_eq!(out, "");
+        opts_arg(
+            &options(json!({"backoff": 200, "keepLogs": 5, "removeOnComplete": {"count": 3}})),
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            "F,\"attempts\":0,\"backoff\":{\"type\":\"fixed\",\"delay\":200},\"kl\":5,\
+             \"removeOnComplete\":{\"count\":3}"
+        );
+        opts_arg(&options(json!({"attempts": 3, "lifo": true})), &mut out);
+        assert_eq!(out, "L,\"attempts\":3,\"lifo\":true");
+        opts_arg(&options(json!({"lifo": false})), &mut out);
+        assert!(out.starts_with("F,"), "{out}");
+    }
+
+    /// Names BullMQ does not take, `priority`, and values of the wrong type are refused,
+    /// naming the option.
+    #[test]
+    fn refuses_unknown_options_priority_and_wrong_types() {
+        let refusal = |json| BULLMQ.check_options(&options(json)).unwrap_err().0;
+        let r = refusal(json!({"jobId": "x"}));
+        assert!(
+            r.starts_with("unknown option \"jobId\" for the bullmq layout; known: attempts"),
+            "{r}"
+        );
+        let r = refusal(json!({"priority": 1}));
+        assert!(
+            r.starts_with("option \"priority\" for the bullmq layout; not carried"),
+            "{r}"
+        );
+        for (json, name) in [
+            (json!({"attempts": "3"}), "attempts"),
+            (json!({"attempts": -1}), "attempts"),
+            (json!({"backoff": {"delay": 200}}), "backoff"),
+            (
+                json!({"backoff": {"type": "fixed", "delay": 1.5}}),
+                "backoff",
+            ),
+            (
+                json!({"backoff": {"type": "fixed", "jitter": 2}}),
+                "backoff",
+            ),
+            (json!({"backoff": {"type": "fixed", "other": 1}}), "backoff"),
+            (json!({"removeOnComplete": "yes"}), "removeOnComplete"),
+            (json!({"removeOnFail": {"age": -1}}), "removeOnFail"),
+            (json!({"lifo": 1}), "lifo"),
+            (json!({"keepLogs": true}), "keepLogs"),
+            (json!({"stackTraceLimit": 0.5}), "stackTraceLimit"),
+        ] {
+            let r = refusal(json.clone());
+            assert!(
+                r.starts_with(&format!(
+                    "option \"{name}\" for the bullmq layout; must be "
+                )),
+                "{json}: {r}"
+            );
+        }
+        let fine = options(json!({
+            "attempts": 3, "backoff": {"type": "exponential", "delay": 1000, "jitter": 0.5},
+            "removeOnComplete": true, "removeOnFail": {"age": 3600, "count": 100}, "lifo": false,
+            "keepLogs": 10, "stackTraceLimit": 0,
+        }));
+        assert!(BULLMQ.check_options(&fine).is_ok());
     }
 
     #[test]

@@ -31,7 +31,7 @@ use std::str::FromStr;
 
 use uuid::Uuid;
 
-use crate::job::Job;
+use crate::job::{Job, Options};
 
 /// Which layout, as named by `--layout` / `JOBRELAY_LAYOUT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -160,6 +160,20 @@ pub trait Layout: Send + Sync + fmt::Debug {
 
     /// The enqueue script's source.
     fn script(&self) -> &'static str;
+
+    /// The runner's job options this layout carries (a row's `options`, by the runner's own
+    /// names; docs/layouts/README.md#job-options): none by default.
+    fn options(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Refuses a job's `options` (not empty) that the layout cannot carry, naming the option
+    /// and the layout; by default any name not in [`Layout::options`]
+    /// (`unknown option "x" for the <layout> layout; known: ...`). A layout that carries
+    /// options checks their types here: [`Layout::encode`] then writes them as they are.
+    fn check_options(&self, options: &Options) -> std::result::Result<(), Unfit> {
+        refuse_unknown_options(self.name(), self.options(), options)
+    }
 
     /// Appends the job's wire encoding to `buf`, or says why the job has none in this layout.
     fn encode(&self, job: &Job, buf: &mut Vec<u8>) -> std::result::Result<(), Unfit>;
@@ -295,6 +309,27 @@ fn write_queue_key(layout: &dyn Layout, namespace: &str, queue: &str, out: &mut 
     out.push_str(layout.queue_suffix());
 }
 
+/// The first of `options` not among `known`, refused:
+/// `unknown option "x" for the <layout> layout; known: a, b` (`known: none` when the layout
+/// carries none).
+pub(crate) fn refuse_unknown_options(
+    layout: &str,
+    known: &[&str],
+    options: &Options,
+) -> Result<(), Unfit> {
+    match options.keys().find(|name| !known.contains(&name.as_str())) {
+        None => Ok(()),
+        Some(name) => Err(Unfit(format!(
+            "unknown option {name:?} for the {layout} layout; known: {}",
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        ))),
+    }
+}
+
 /// Refuses a job that names a parent or predecessor, in a layout whose runner has no flows of
 /// jobrelay's kind: `Unfit("<why>: the row names parent_uuid <u> and predecessor_uuid <u>")`.
 pub(crate) fn refuse_flows(job: &Job, why: &str) -> Result<(), Unfit> {
@@ -353,6 +388,7 @@ pub(crate) fn test_job(queue: &str, job_type: &str, payload: &[u8]) -> Job {
         run_at: None,
         created_at: chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
         headers: std::collections::BTreeMap::new(),
+        options: Default::default(),
     }
 }
 
@@ -389,5 +425,40 @@ mod registry_tests {
             err.contains("jobrelay, conveyor, sidekiq, celery, bullmq, rq"),
             "{err}"
         );
+    }
+}
+
+#[cfg(test)]
+mod option_tests {
+    use super::*;
+
+    /// Every layout refuses an option it does not know, naming it, itself and what it knows
+    /// (the sidekiq layout, which passes other names through, one Sidekiq sets itself).
+    #[test]
+    fn every_layout_refuses_an_unknown_option_naming_it() {
+        for kind in LayoutKind::ALL {
+            let layout = kind.layout();
+            let (name, refusal) = match kind {
+                LayoutKind::Sidekiq => ("jid", "reserved option"),
+                _ => ("no_such_option", "unknown option"),
+            };
+            let options: Options = [(name.to_owned(), serde_json::json!(1))]
+                .into_iter()
+                .collect();
+            let Unfit(why) = layout.check_options(&options).expect_err(layout.name());
+            let known = if kind == LayoutKind::Sidekiq {
+                ""
+            } else {
+                "known: "
+            };
+            assert!(
+                why.starts_with(&format!(
+                    "{refusal} \"{name}\" for the {} layout; {known}",
+                    layout.name()
+                )),
+                "{why}"
+            );
+            assert!(layout.check_options(&Options::new()).is_ok());
+        }
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! - Wire format: the job hash as JSON, built here, keys as the client's `normalize_item`
 //!   (`lib/sidekiq/job_util.rb`) and `atomic_push` (`lib/sidekiq/client.rb`) write them:
-//!   `retry` (`true`, Sidekiq's default option), `queue`, `class` (`job_type`), `args` (the
+//!   `retry` (the row's option, else `true`), `queue`, `class` (`job_type`), `args` (the
 //!   payload, which must be a JSON array, written as it is), `jid` (the uuid's 32 hex digits),
 //!   `created_at` (the row's, epoch seconds as a Float), `enqueued_at` (the push's, epoch
 //!   seconds; not for a job that goes to the scheduled set), then the headers whose names are
@@ -15,6 +15,11 @@
 //!   epoch seconds, the fraction kept, as the client's `at`).
 //! - The dedup marker `<ns>jobrelay:sidekiq:<uuid>`, a key Sidekiq never touches, holding the
 //!   job's JSON for `--dedup-ttl`.
+//! - Job options (the row's `options`): `retry`, `retry_queue`, `backtrace`, `dead`, `tags` and
+//!   `retry_for` by Sidekiq's names and types ([`OPTIONS`]; `retry` replaces the default `true`,
+//!   the others follow `enqueued_at`), and any other name as a key of the job with its JSON value,
+//!   as a client middleware would add it, except the keys Sidekiq sets itself
+//!   ([`SET_BY_SIDEKIQ`]). A header of an option's name is left out.
 //! - Sidekiq has no flows: a row naming a parent or a predecessor is [`Unfit`], and so is a
 //!   payload that is not a JSON array.
 
@@ -28,7 +33,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{push_keys, refuse_flows, Layout, LayoutKind, Payload, Unfit};
-use crate::job::{epoch_score, Job};
+use crate::job::{epoch_score, Job, Options};
 
 /// The layout.
 pub(super) static SIDEKIQ: Sidekiq = Sidekiq;
@@ -65,6 +70,117 @@ pub const RESERVED: [&str; 18] = [
     "retry_for",
     "tags",
 ];
+
+/// The job options Sidekiq reads with a type of its own (`lib/sidekiq/job_retry.rb`,
+/// `job_util.rb`), and what each must be: `retry` (`false`: no retry and no dead-set entry; a
+/// count of retries; `true`: 25), `retry_queue` (the queue retries go to), `backtrace` (keep
+/// the error's backtrace, all of it or that many lines), `dead` (`false`: no dead-set entry
+/// once retries are exhausted), `tags` (shown by the Web UI), `retry_for` (Sidekiq 7.1: retry
+/// for that many seconds instead of a count; ignored by 6.x).
+pub(crate) const OPTIONS: [(&str, OptionType); 6] = [
+    ("retry", OptionType::BoolOrCount),
+    ("retry_queue", OptionType::QueueName),
+    ("backtrace", OptionType::BoolOrCount),
+    ("dead", OptionType::Bool),
+    ("tags", OptionType::Strings),
+    ("retry_for", OptionType::Count),
+];
+
+/// The names of [`OPTIONS`].
+const OPTION_NAMES: [&str; 6] = {
+    let mut names = [""; 6];
+    let mut i = 0;
+    while i < OPTIONS.len() {
+        names[i] = OPTIONS[i].0;
+        i += 1;
+    }
+    names
+};
+
+/// What a Sidekiq job option must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OptionType {
+    /// `true`, `false` or an integer >= 0.
+    BoolOrCount,
+    /// `true` or `false`.
+    Bool,
+    /// An integer >= 0.
+    Count,
+    /// A queue's name, as the row's `queue` (1..=128 characters of `[A-Za-z0-9_.:-]`).
+    QueueName,
+    /// An array of strings.
+    Strings,
+}
+
+impl OptionType {
+    fn fits(self, v: &serde_json::Value) -> bool {
+        use serde_json::Value;
+        let count = |v: &Value| v.as_u64().is_some();
+        match self {
+            OptionType::BoolOrCount => v.is_boolean() || count(v),
+            OptionType::Bool => v.is_boolean(),
+            OptionType::Count => count(v),
+            OptionType::QueueName => v
+                .as_str()
+                .is_some_and(|q| crate::job::validate_queue(q).is_ok()),
+            OptionType::Strings => v
+                .as_array()
+                .is_some_and(|items| items.iter().all(Value::is_string)),
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            OptionType::BoolOrCount => "true, false or an integer >= 0",
+            OptionType::Bool => "true or false",
+            OptionType::Count => "an integer >= 0",
+            OptionType::QueueName => "a queue name (1..=128 characters of A-Za-z0-9_.:-)",
+            OptionType::Strings => "an array of strings",
+        }
+    }
+}
+
+/// The keys of a job that Sidekiq sets itself, refused as options: those its client writes
+/// from the row (`class`, `args`, `jid`, `queue`, `created_at`, `enqueued_at`, and `at`, which
+/// it turns into the scheduled set's score) and those its retry logic writes.
+pub(crate) const SET_BY_SIDEKIQ: [&str; 13] = [
+    "args",
+    "at",
+    "class",
+    "created_at",
+    "enqueued_at",
+    "error_backtrace",
+    "error_class",
+    "error_message",
+    "failed_at",
+    "jid",
+    "queue",
+    "retried_at",
+    "retry_count",
+];
+
+/// Refuses options Sidekiq could not read: one it sets itself, or one of [`OPTIONS`] of
+/// another type. Every other name passes.
+fn check_options(options: &Options) -> Result<(), Unfit> {
+    for (name, value) in options {
+        if SET_BY_SIDEKIQ.contains(&name.as_str()) {
+            return Err(Unfit(format!(
+                "reserved option {name:?} for the sidekiq layout; Sidekiq sets it itself (from \
+                 the row, or when it retries): {}",
+                SET_BY_SIDEKIQ.join(", ")
+            )));
+        }
+        if let Some((_, ty)) = OPTIONS.iter().find(|(n, _)| n == name) {
+            if !ty.fits(value) {
+                return Err(Unfit(format!(
+                    "option {name:?} for the sidekiq layout; must be {}, not {value}",
+                    ty.describe()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
 
 /// How deep `args` may nest, counting `args` itself as 1: Sidekiq parses a job with Ruby's
 /// `JSON.parse`, whose `max_nesting` is 100, and the job hash around `args` is the first level.
@@ -172,7 +288,15 @@ impl Sidekiq {
     /// one whose `run_at` turns out to have passed: the script then adds Redis's time).
     fn json(job: &Job, args: &str, enqueued_at: Option<DateTime<Utc>>, buf: &mut Vec<u8>) {
         let mut jid = Uuid::encode_buffer();
-        buf.extend_from_slice(b"{\"retry\":true,\"queue\":");
+        let options = &job.options;
+        match options.get("retry") {
+            None => buf.extend_from_slice(b"{\"retry\":true,\"queue\":"),
+            Some(retry) => {
+                buf.extend_from_slice(b"{\"retry\":");
+                serde_json::to_writer(&mut *buf, retry).expect("a JSON value serialises");
+                buf.extend_from_slice(b",\"queue\":");
+            }
+        }
         string(buf, &job.queue);
         buf.extend_from_slice(b",\"class\":");
         string(buf, &job.job_type);
@@ -186,8 +310,19 @@ impl Sidekiq {
             buf.extend_from_slice(b",\"enqueued_at\":");
             epoch_seconds(buf, at);
         }
+        for (name, value) in options {
+            if name == "retry" {
+                continue;
+            }
+            buf.push(b',');
+            string(buf, name);
+            buf.push(b':');
+            serde_json::to_writer(&mut *buf, value).expect("a JSON value serialises");
+        }
         for (name, value) in &job.headers {
-            if RESERVED.contains(&name.as_str()) {
+            if RESERVED.contains(&name.as_str())
+                || (!options.is_empty() && options.contains_key(name))
+            {
                 continue;
             }
             buf.push(b',');
@@ -219,6 +354,14 @@ impl Layout for Sidekiq {
 
     fn script(&self) -> &'static str {
         concat!(include_str!("prelude.lua"), include_str!("sidekiq.lua"))
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        &OPTION_NAMES
+    }
+
+    fn check_options(&self, options: &Options) -> std::result::Result<(), Unfit> {
+        check_options(options)
     }
 
     fn encode(&self, job: &Job, buf: &mut Vec<u8>) -> std::result::Result<(), Unfit> {
@@ -382,6 +525,84 @@ mod tests {
             r.contains("has no flows") && r.contains("predecessor_uuid"),
             "{r}"
         );
+    }
+
+    /// Options as Sidekiq's client writes them: `retry` in its place, the others and custom
+    /// keys after `enqueued_at` with their JSON values; a header of an option's name left out.
+    #[test]
+    fn writes_options_as_the_client_does() {
+        let mut j = job("[1]");
+        j.options = serde_json::from_value(serde_json::json!({
+            "retry": 2, "retry_queue": "low", "backtrace": true, "dead": false,
+            "tags": ["a", "b"], "bid": {"id": 7}, "wrapped": "Other",
+        }))
+        .unwrap();
+        let mut buf = Vec::new();
+        SIDEKIQ.check_options(&j.options).unwrap();
+        SIDEKIQ.encode(&j, &mut buf).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        assert!(
+            text.starts_with("{\"retry\":2,\"queue\":\"mailers\","),
+            "{text}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for (k, want) in [
+            ("retry_queue", serde_json::json!("low")),
+            ("backtrace", serde_json::json!(true)),
+            ("dead", serde_json::json!(false)),
+            ("tags", serde_json::json!(["a", "b"])),
+            ("bid", serde_json::json!({"id": 7})),
+            ("wrapped", serde_json::json!("Other")),
+            ("traceparent", serde_json::json!("00-ab")),
+        ] {
+            assert_eq!(v[k], want, "{k}: {text}");
+        }
+        assert_eq!(text.matches("\"wrapped\"").count(), 1, "{text}");
+        // Without options: the default retry, as before.
+        assert!(encoded(&job("[]"))["retry"] == serde_json::json!(true));
+    }
+
+    /// Options Sidekiq sets itself, or of the wrong type, are refused naming the option.
+    #[test]
+    fn refuses_reserved_options_and_wrong_types() {
+        let refusal = |json: serde_json::Value| {
+            let options: Options = serde_json::from_value(json).unwrap();
+            SIDEKIQ.check_options(&options).unwrap_err().0
+        };
+        for name in SET_BY_SIDEKIQ {
+            let r = refusal(serde_json::json!({ name: 1 }));
+            assert!(
+                r.starts_with(&format!(
+                    "reserved option \"{name}\" for the sidekiq layout;"
+                )),
+                "{r}"
+            );
+        }
+        for (json, name) in [
+            (serde_json::json!({"retry": "false"}), "retry"),
+            (serde_json::json!({"retry": -1}), "retry"),
+            (serde_json::json!({"retry": 1.5}), "retry"),
+            (serde_json::json!({"backtrace": "yes"}), "backtrace"),
+            (serde_json::json!({"dead": 0}), "dead"),
+            (serde_json::json!({"tags": "a"}), "tags"),
+            (serde_json::json!({"tags": [1]}), "tags"),
+            (serde_json::json!({"retry_queue": ""}), "retry_queue"),
+            (serde_json::json!({"retry_queue": 5}), "retry_queue"),
+            (serde_json::json!({"retry_for": true}), "retry_for"),
+        ] {
+            let r = refusal(json.clone());
+            assert!(
+                r.starts_with(&format!(
+                    "option \"{name}\" for the sidekiq layout; must be "
+                )),
+                "{json}: {r}"
+            );
+        }
+        let ok: Options = serde_json::from_value(serde_json::json!({
+            "retry": false, "backtrace": 10, "retry_for": 3600, "custom": null
+        }))
+        .unwrap();
+        assert!(SIDEKIQ.check_options(&ok).is_ok());
     }
 
     #[test]

@@ -17,6 +17,7 @@ fn row() -> PendingRow {
         dead_parent: false,
         run_at: Some(PgTimestamp::from_raw(1_000)),
         headers: r#"{"traceparent": "00-1"}"#.into(),
+        options: r#"{"retry": false}"#.into(),
         created_at: PgTimestamp::from_raw(0),
         attempts: 2,
     }
@@ -69,18 +70,23 @@ fn a_row_made_a_job_and_rejoined_is_the_row_as_claimed() {
     let claimed = PendingRow {
         // Not as a job would print them: spaces, keys out of order.
         headers: r#"{"b": "2",  "a": "1"}"#.into(),
+        options: r#"{"retry":  false, "backtrace": 3}"#.into(),
         // 9999-12-31 23:59:59.999999, the last instant a job carries.
         run_at: Some(PgTimestamp::from_raw(2_921_940 * 86_400_000_000 - 1)),
         ..row()
     };
     let (meta, job) = claimed.clone().into_job().expect("a valid row");
     assert_eq!(job.headers.len(), 2);
+    assert_eq!(
+        serde_json::Value::Object(job.options.clone()),
+        serde_json::json!({"retry": false, "backtrace": 3})
+    );
     assert_eq!((meta.id, meta.attempts), (claimed.id, claimed.attempts));
     assert_eq!(PendingRow::rejoin(meta, job), claimed);
 }
 
 /// A row that cannot become a job comes back untouched, with the first check it fails:
-/// `run_at`, `created_at`, `headers`, then `queue`, `job_type` and `uuid`.
+/// `run_at`, `created_at`, `headers`, `options`, then `queue`, `job_type` and `uuid`.
 #[test]
 fn a_row_that_cannot_be_a_job_comes_back_untouched() {
     let cases = [
@@ -106,6 +112,14 @@ fn a_row_that_cannot_be_a_job_comes_back_untouched() {
                 ..row()
             },
             "headers",
+        ),
+        (
+            PendingRow {
+                options: "[1]".into(),
+                queue: String::new(),
+                ..row()
+            },
+            "options",
         ),
         (
             PendingRow {

@@ -13,6 +13,7 @@
 //! The Node programs the tests run with BullMQ's own client are the `.js` files here.
 
 mod cluster;
+mod options;
 mod proof;
 mod script;
 mod stream;

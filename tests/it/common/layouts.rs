@@ -56,6 +56,15 @@ impl TestLayout {
         1
     }
 
+    /// A job option the layout refuses: one it does not know (in the sidekiq layout, which
+    /// passes unknown ones through as a client middleware would, one Sidekiq sets itself).
+    pub fn refused_option(self) -> &'static str {
+        match self.0 {
+            LayoutKind::Sidekiq => "jid",
+            _ => "no_such_option",
+        }
+    }
+
     /// The length of `queue`'s list.
     pub async fn llen(self, ns: &Namespace, queue: &str) -> usize {
         let mut con = ns.con().await;

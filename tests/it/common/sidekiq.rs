@@ -4,7 +4,8 @@
 //! `Sidekiq::ScheduledSet`).
 //!
 //! The worker loads `app.rb` (written into a temporary directory): job classes that do nothing
-//! (`HardJob`, `Billing::ChargeCard`) and a server middleware that records every job that ran,
+//! (`HardJob`, `Billing::ChargeCard`), one that raises (`FailingJob`, recorded in
+//! `failures.log`) and a server middleware that records every job that ran,
 //! one line each in `runs.log` (when it ran, then the job hash as the worker handed it to its
 //! middleware, as JSON), written through at once (`sync`). It polls the scheduled set about
 //! every second (`poll_interval_average` 1, as an application may configure it; Sidekiq's
@@ -19,8 +20,9 @@ use super::whole_lines;
 use super::worker::Worker;
 
 /// The application the worker loads (`sidekiq -r app.rb`) and the Ruby scripts require.
-const APP_RB: &str = r#"# A jobrelay test's Sidekiq application: job classes that do nothing, and a server middleware
-# that records each job that ran: "<epoch seconds>\t<the job hash as JSON>\n" in runs.log.
+const APP_RB: &str = r#"# A jobrelay test's Sidekiq application: job classes that do nothing (and FailingJob, which
+# raises), and a server middleware that records each job that ran: "<epoch seconds>\t<the job
+# hash as JSON>\n" in runs.log, or in failures.log when it raised.
 require "json"
 require "sidekiq"
 
@@ -28,9 +30,18 @@ RUNS = File.open(File.join(__dir__, "runs.log"), "a")
 RUNS.sync = true
 RUNS_LOCK = Mutex.new
 
+FAILURES = File.open(File.join(__dir__, "failures.log"), "a")
+FAILURES.sync = true
+
 class RecordRuns
   def call(_worker, job, _queue)
-    yield
+    begin
+      yield
+    rescue StandardError
+      line = format("%.6f\t%s\n", Time.now.to_f, JSON.generate(job))
+      RUNS_LOCK.synchronize { FAILURES.write(line) }
+      raise
+    end
     line = format("%.6f\t%s\n", Time.now.to_f, JSON.generate(job))
     RUNS_LOCK.synchronize { RUNS.write(line) }
   end
@@ -50,6 +61,14 @@ class HardJob
   include Sidekiq::Worker
 
   def perform(*_args); end
+end
+
+class FailingJob
+  include Sidekiq::Worker
+
+  def perform(*_args)
+    raise "FailingJob fails on purpose"
+  end
 end
 
 module Billing
@@ -105,6 +124,7 @@ impl Sidekiq {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("app.rb"), APP_RB).unwrap();
         std::fs::write(dir.path().join("runs.log"), "").unwrap();
+        std::fs::write(dir.path().join("failures.log"), "").unwrap();
         Sidekiq {
             worker: None,
             dir,
@@ -163,6 +183,17 @@ impl Sidekiq {
     /// The jobs that ran so far, in the order they finished.
     pub fn runs(&self) -> Vec<Run> {
         runs_in(&self.dir.path().join("runs.log"))
+    }
+
+    /// The jobs that raised so far (each attempt), in the order they failed.
+    pub fn failures(&self) -> Vec<Run> {
+        runs_in(&self.dir.path().join("failures.log"))
+    }
+
+    /// Waits until at least `n` jobs raised, at most `deadline`.
+    pub async fn wait_for_failures(&self, n: usize, deadline: Duration) -> Vec<Run> {
+        let worker = self.worker.as_ref().expect("started");
+        worker.wait_records(n, deadline, || self.failures()).await
     }
 
     /// Waits until at least `n` jobs ran, at most `deadline`.

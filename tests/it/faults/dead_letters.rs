@@ -240,11 +240,12 @@ struct JobColumns {
     dead_parent: bool,
     run_at: Option<chrono::DateTime<chrono::Utc>>,
     headers: serde_json::Value,
+    options: serde_json::Value,
     created_at: chrono::DateTime<chrono::Utc>,
 }
 
 const JOB_COLUMNS: &str = "uuid, queue, job_type, payload, parent_uuid, predecessor_uuid, \
-                           dead_parent, run_at, headers, created_at";
+                           dead_parent, run_at, headers, options, created_at";
 
 async fn admin(db: &str, args: &[&str]) -> (String, String) {
     let (code, out, err) = run_relay(args, &[("DATABASE_URL", db)]).await;
@@ -322,12 +323,13 @@ async fn insert_pending_and_dead_rows(pool: &PgPool) {
     // Dead: alpha x2, gamma x1, every column set.
     sqlx::query(
         "INSERT INTO pending_jobs_dead (id, uuid, queue, job_type, payload, parent_uuid,
-             predecessor_uuid, dead_parent, run_at, headers, created_at, attempts, available_at,
-             last_error, dead_at)
+             predecessor_uuid, dead_parent, run_at, headers, options, created_at, attempts,
+             available_at, last_error, dead_at)
          SELECT 9000 + i, gen_random_uuid(), q, 'Type' || i, decode('00ff0' || i, 'hex'),
                 gen_random_uuid(), gen_random_uuid(), i % 2 = 1,
                 '2030-01-02 03:04:05.678901+00'::timestamptz + i * interval '1 hour',
                 jsonb_build_object('traceparent', 'tp-' || i),
+                jsonb_build_object('retry', i, 'tags', jsonb_build_array('t' || i)),
                 '2020-05-06 07:08:09.123456+00'::timestamptz + i * interval '1 day',
                 7, now() + interval '1 hour', 'redis refused job: WRONGTYPE ' || i, now()
          FROM (VALUES (1, 'alpha'), (2, 'alpha'), (3, 'gamma')) AS v(i, q)",
@@ -435,4 +437,58 @@ async fn assert_requeue_by_id_restores_the_job(pool: &PgPool, db: &str) {
         status_json(db).await["queues"]["gamma"],
         json!({"pending": 1, "dead": 0})
     );
+}
+
+per_layout!(a_row_with_an_unknown_option_is_dead_lettered_naming_it_and_the_next_flows);
+/// A row whose `options` name one the layout does not carry is dead-lettered at its first
+/// attempt, `last_error` naming the option and the layout; the rows before and after it flow.
+async fn a_row_with_an_unknown_option_is_dead_lettered_naming_it_and_the_next_flows(
+    pool: PgPool,
+    layout: TestLayout,
+) {
+    let redis = RedisServer::start();
+    let ns = Namespace::on(&redis.url());
+    let db = database_url_of(&pool).await;
+    let option = layout.refused_option();
+    let (bad,): (uuid::Uuid,) = sqlx::query_as(
+        "WITH rows AS (
+             INSERT INTO pending_jobs (queue, job_type, payload, options)
+             SELECT 'default', 'Bulk', convert_to('[' || i || ']', 'UTF8'),
+                    CASE WHEN i = 2 THEN jsonb_build_object($1::text, 1) ELSE '{}' END
+             FROM generate_series(1, 3) AS i
+             RETURNING uuid, options)
+         SELECT uuid FROM rows WHERE options <> '{}'",
+    )
+    .bind(option)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let mut logs = Logs::new();
+    let [flag, name] = layout.args();
+    let mut relay = logs.start(&db, &redis.url(), &ns, &[flag, name]);
+    wait_drained_to(&pool, 0).await;
+    let dead: Vec<(uuid::Uuid, i32, Option<String>)> =
+        sqlx::query_as("SELECT uuid, attempts, last_error FROM pending_jobs_dead")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let (uuid, attempts, last_error) = &dead[0];
+    assert_eq!(
+        (*uuid, *attempts),
+        (bad, 1),
+        "dead-lettered at the first attempt"
+    );
+    let last_error = last_error.as_deref().unwrap_or_default();
+    let layout_name = layout.0.as_str();
+    assert!(
+        last_error.starts_with(&format!(
+            "job {bad} does not fit the {layout_name} layout: "
+        )) && last_error.contains(&format!("option \"{option}\""))
+            && last_error.contains(&format!("the {layout_name} layout;")),
+        "{last_error}"
+    );
+    assert_eq!(layout.llen(&ns, "default").await, 2, "the others flow");
+    let (code, _) = relay.terminate(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0));
 }

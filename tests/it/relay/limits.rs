@@ -116,6 +116,7 @@ fn job(queue: &str, size: usize, routed: bool) -> Job {
         run_at: routed.then(|| Utc::now() - chrono::Duration::hours(1)),
         created_at: Utc::now(),
         headers: Default::default(),
+        options: Default::default(),
     }
 }
 

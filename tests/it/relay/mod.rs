@@ -4,6 +4,7 @@
 mod claim;
 mod hostile_rows;
 mod limits;
+mod options;
 mod plans;
 mod settle;
 mod supervision;

@@ -38,7 +38,7 @@ fn hand_back_args() -> String {
     // One row, id -1 (the table's ids are positive), in the columns' order.
     "ARRAY[-1]::int8[], ARRAY[gen_random_uuid()], ARRAY['q'], ARRAY['t'], ARRAY['\\x00'::bytea], \
      ARRAY[NULL::uuid], ARRAY[NULL::uuid], ARRAY[false], ARRAY[NULL::timestamptz], ARRAY['{}'], \
-     ARRAY[now()], ARRAY[1], ARRAY[0.0::float8], ARRAY['refused']"
+     ARRAY['{}'], ARRAY[now()], ARRAY[1], ARRAY[0.0::float8], ARRAY['refused']"
         .to_owned()
 }
 

@@ -18,6 +18,7 @@ fn job(queue: &str, payload: &str) -> Job {
         run_at: None,
         created_at: DateTime::from_timestamp(1_700_000_000, 123_456_000).unwrap(),
         headers: BTreeMap::from([("wrapped".to_owned(), "ChargeJob".to_owned())]),
+        options: Default::default(),
     }
 }
 

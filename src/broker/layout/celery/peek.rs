@@ -87,6 +87,7 @@ mod tests {
             run_at: None,
             created_at: chrono::Utc::now(),
             headers: [("traceparent".to_owned(), "00-x".to_owned())].into(),
+            options: Default::default(),
         };
         let mut buf = Vec::new();
         Celery.encode(&job, &mut buf).unwrap();
