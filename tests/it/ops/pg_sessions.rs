@@ -40,7 +40,7 @@ fn claiming(activity: Arc<Activity>, stop: tokio_util::sync::CancellationToken) 
     tokio::spawn(async move {
         while !stop.is_cancelled() {
             activity.mark();
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            hold_for(Duration::from_millis(100), "a draining worker's claims").await;
         }
     });
 }
@@ -89,7 +89,7 @@ async fn a_busy_relay_keeps_its_wakeup_lock_past_the_idle_transaction_timeout(po
         .unwrap();
         samples += 1;
         with_xmin += i32::from(xmin);
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        hold_for(Duration::from_millis(100), "between samples").await;
     }
     // A keep-alive's snapshot lasts microseconds: a sample may catch one, not many.
     assert!(
@@ -124,7 +124,7 @@ async fn a_lost_wakeup_lock_is_logged_once_and_taken_again(pool: PgPool) {
         tokio::spawn(async move {
             while !stop.is_cancelled() {
                 insert_rows(&pool, 5, "stream").await;
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                hold_for(Duration::from_millis(50), "the stream's pace").await;
             }
         })
     };
@@ -217,13 +217,13 @@ async fn the_horizon_probe_judges_snapshots_and_never_names_the_relays_sessions(
     })
     .await;
     let lock_pid = lock_holder(&pool).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    hold_for(Duration::from_secs(3), "the lock's transaction grows old").await;
     for _ in 0..100 {
         if let Some(h) = probe.horizon().await.unwrap() {
             assert_ne!(h.pid, Some(lock_pid), "the relay's lock named: {h:?}");
             assert!(h.seconds.unwrap_or(0.0) < 1.0, "{h:?}");
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        hold_for(Duration::from_millis(10), "between samples").await;
     }
 
     let report = |app: &'static str| {
@@ -244,7 +244,7 @@ async fn the_horizon_probe_judges_snapshots_and_never_names_the_relays_sessions(
     // READ COMMITTED, open for 3 s, now running a statement of 1.5 s: timed by the statement.
     let (mut rc, rc_pid) = report("report_rc").await;
     sqlx::query("BEGIN").execute(&mut rc).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    hold_for(Duration::from_secs(3), "the transaction grows old").await;
     let running = tokio::spawn(async move {
         sqlx::query("SELECT pg_sleep(1.5)")
             .execute(&mut rc)
@@ -252,7 +252,7 @@ async fn the_horizon_probe_judges_snapshots_and_never_names_the_relays_sessions(
             .unwrap();
         rc
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    hold_for(Duration::from_millis(500), "the statement runs 0.5 s").await;
     let h = probe
         .horizon()
         .await
@@ -289,7 +289,7 @@ async fn the_horizon_probe_judges_snapshots_and_never_names_the_relays_sessions(
         .await
         .unwrap();
     sqlx::query("SELECT 1").execute(&mut rr).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    hold_for(Duration::from_secs(2), "the snapshot grows old").await;
     let h = probe.horizon().await.unwrap().expect("the snapshot");
     assert_eq!(h.pid, Some(rr_pid), "{h:?}");
     assert!(h.seconds.unwrap() >= 2.0, "{h:?}");
@@ -329,7 +329,7 @@ async fn refused_connections_are_tried_once_per_backoff_step(pool: PgPool) {
                 ],
             );
             let window = Duration::from_secs(12);
-            tokio::time::sleep(window).await;
+            hold_for(window, "the attempts are counted over a window").await;
             let attempts = proxy.accepted();
             let (_, body) = d.get("/readyz").await;
             assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));

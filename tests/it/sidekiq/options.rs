@@ -143,7 +143,7 @@ async fn sidekiq_options_reach_the_job_and_the_worker_obeys_them(pool: PgPool) {
     let failed = sidekiq.wait_for_failures(4, Duration::from_secs(60)).await;
     // Long enough for a retry that should not happen to show (Sidekiq's first retry waits
     // 15-25 s; none may be due at once).
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    hold_for(Duration::from_secs(2), "no retry may run at once").await;
     assert_eq!(sidekiq.failures().len(), 4, "each failing job ran once");
     let name_of = |job: &Value| jids[job["jid"].as_str().unwrap()];
     let mut names: Vec<&str> = failed.iter().map(|r| name_of(&r.job)).collect();
