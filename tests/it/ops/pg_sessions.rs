@@ -45,6 +45,31 @@ fn claiming(activity: Arc<Activity>, stop: tokio_util::sync::CancellationToken) 
     });
 }
 
+/// Runs the wake-up lock's task for `relay` (the default table, `activity`, `wake`) until
+/// `stop`, and waits until it holds the lock: the task, and the pid of the lock's session.
+async fn take_the_lock(
+    pool: &PgPool,
+    relay: PgPool,
+    activity: Arc<Activity>,
+    wake: tokio::sync::watch::Sender<u64>,
+    stop: &tokio_util::sync::CancellationToken,
+) -> (tokio::task::JoinHandle<()>, i32) {
+    let task = tokio::spawn(keep_awake(
+        relay,
+        Default::default(),
+        activity,
+        wake,
+        Arc::new(Default::default()),
+        false,
+        stop.clone(),
+    ));
+    wait_until("the lock is taken", Duration::from_secs(5), || async {
+        lock_holder(pool).await.is_some()
+    })
+    .await;
+    (task, lock_holder(pool).await.unwrap())
+}
+
 /// Every worker busy (claiming, none waiting for a wake-up) for longer than the lock's
 /// idle-in-transaction timeout, as in a drain of a large backlog: the lock is held throughout,
 /// by the same session (the server never ended it), and that session holds no snapshot
@@ -56,20 +81,7 @@ async fn a_busy_relay_keeps_its_wakeup_lock_past_the_idle_transaction_timeout(po
     let (wake, _woken) = tokio::sync::watch::channel(0u64);
     let stop = tokio_util::sync::CancellationToken::new();
     claiming(activity.clone(), stop.clone());
-    let task = tokio::spawn(keep_awake(
-        relay,
-        Default::default(),
-        activity,
-        wake,
-        Arc::new(Default::default()),
-        false,
-        stop.clone(),
-    ));
-    wait_until("the lock is taken", Duration::from_secs(5), || async {
-        lock_holder(&pool).await.is_some()
-    })
-    .await;
-    let pid = lock_holder(&pool).await.unwrap();
+    let (task, pid) = take_the_lock(&pool, relay, activity, wake, &stop).await;
     let (mut samples, mut with_xmin) = (0, 0);
     let started = Instant::now();
     while started.elapsed() < IDLE_TIMEOUT + Duration::from_secs(3) {
@@ -203,20 +215,7 @@ async fn the_horizon_probe_judges_snapshots_and_never_names_the_relays_sessions(
             stop.cancelled().await;
         })
     };
-    let task = tokio::spawn(keep_awake(
-        relay.clone(),
-        Default::default(),
-        activity,
-        wake,
-        Arc::new(Default::default()),
-        false,
-        stop.clone(),
-    ));
-    wait_until("the lock is taken", Duration::from_secs(5), || async {
-        lock_holder(&pool).await.is_some()
-    })
-    .await;
-    let lock_pid = lock_holder(&pool).await.unwrap();
+    let (task, lock_pid) = take_the_lock(&pool, relay.clone(), activity, wake, &stop).await;
     hold_for(Duration::from_secs(3), "the lock's transaction grows old").await;
     for _ in 0..100 {
         if let Some(h) = probe.horizon().await.unwrap() {
