@@ -162,9 +162,10 @@ class Consumer:
 
     def place(self, src, src_kind, raw, now):
         """Moves a job out of `src` to where it runs, as the relay's rules 3 and 4 place a job
-        with dead_parent (docs/layouts/jobrelay.md#where-a-job-goes): a future run_at to `scheduled`,
-        otherwise to its queue; a child is also noted in its parent's active set (by the relay
-        only when queued; here when scheduled too, so that its parent waits for it)."""
+        with dead_parent (docs/layouts/jobrelay.md#where-a-job-goes): a future run_at to
+        `scheduled`, otherwise to its queue; a child is also noted in its parent's active set
+        (by the relay only when queued; here when scheduled too, so that its parent waits for
+        it)."""
         try:
             job = Job(raw)
         except (ValueError, IndexError, UnicodeDecodeError) as e:

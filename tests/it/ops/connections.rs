@@ -110,24 +110,10 @@ async fn the_footprint_follows_pg_max_connections(pool: PgPool) {
 
 #[sqlx::test]
 async fn too_many_connections_is_named_in_logs_readyz_and_check(pool: PgPool) {
-    // A role allowed no connection at all: Postgres refuses it with SQLSTATE 53300, as it
-    // refuses everyone once max_connections is reached.
-    let role = format!("jr_full_{}", rand_hex());
-    sqlx::raw_sql(&format!("CREATE ROLE {role} LOGIN CONNECTION LIMIT 0"))
-        .execute(&pool)
-        .await
-        .unwrap();
-    let result = {
-        let (pool, role) = (pool.clone(), role.clone());
-        tokio::spawn(async move { too_many_connections_scenario(&pool, &role).await }).await
-    };
-    // Roles are cluster-wide: drop it whatever happened.
-    let _ = sqlx::raw_sql(&format!("DROP ROLE {role}"))
-        .execute(&pool)
-        .await;
-    if let Err(e) = result {
-        std::panic::resume_unwind(e.into_panic());
-    }
+    with_a_refused_role(&pool, "jr_full", |pool, role| async move {
+        too_many_connections_scenario(&pool, &role).await
+    })
+    .await;
 }
 
 async fn too_many_connections_scenario(pool: &PgPool, role: &str) {

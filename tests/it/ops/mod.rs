@@ -67,6 +67,29 @@ pub(super) async fn released(pool: &PgPool) {
     )
     .await;
 }
+/// Runs `scenario(pool, role)` with a new role that may not connect at all (`CONNECTION LIMIT
+/// 0`: Postgres refuses it with SQLSTATE 53300, as it refuses everyone once `max_connections`
+/// is reached), named `<prefix>_<random>`; then drops the role whatever happened (roles are
+/// cluster-wide) and passes the scenario's panic on.
+pub(super) async fn with_a_refused_role<F, Fut>(pool: &PgPool, prefix: &str, scenario: F)
+where
+    F: FnOnce(PgPool, String) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let role = format!("{prefix}_{}", rand_hex());
+    sqlx::raw_sql(&format!("CREATE ROLE {role} LOGIN CONNECTION LIMIT 0"))
+        .execute(pool)
+        .await
+        .unwrap();
+    let result = tokio::spawn(scenario(pool.clone(), role.clone())).await;
+    let _ = sqlx::raw_sql(&format!("DROP ROLE {role}"))
+        .execute(pool)
+        .await;
+    if let Err(e) = result {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
 /// The daemon as a child process: HTTP on a free port, JSON logs to a file, stdout to a file.
 struct Daemon {
     child: tokio::process::Child,

@@ -304,52 +304,38 @@ async fn the_horizon_probe_judges_snapshots_and_never_names_the_relays_sessions(
 /// (workers, probe, listener) make one attempt per step of its backoff, not a dozen a second.
 #[sqlx::test]
 async fn refused_connections_are_tried_once_per_backoff_step(pool: PgPool) {
-    let role = format!("jr_refused_{}", rand_hex());
-    sqlx::raw_sql(&format!("CREATE ROLE {role} LOGIN CONNECTION LIMIT 0"))
-        .execute(&pool)
-        .await
-        .unwrap();
-    let result = {
-        let (pool, role) = (pool.clone(), role.clone());
-        tokio::spawn(async move {
-            let pg: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
-            let proxy = Proxy::start(pg);
-            let mut url = url::Url::parse(&database_url_of(&pool).await).unwrap();
-            url.set_username(&role).unwrap();
-            url.set_port(Some(proxy.port)).unwrap();
-            let url = url.to_string();
-            let ns = Namespace::new();
-            let mut d = Daemon::start(
-                &[],
-                &[
-                    ("DATABASE_URL", &url),
-                    ("REDIS_URL", &ns.url),
-                    ("JOBRELAY_NAMESPACE", &ns.prefix),
-                ],
-            );
-            let window = Duration::from_secs(12);
-            hold_for(window, "the attempts are counted over a window").await;
-            let attempts = proxy.accepted();
-            let (_, body) = d.get("/readyz").await;
-            assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
-            eprintln!("refused attempts in {window:?}: {attempts}");
-            // 250 ms doubling to 4 s, each step at least half its nominal value: at most 10
-            // attempts in 12 s (the first at once); sqlx's pool alone made about 11 a second.
-            assert!(attempts <= 11, "{attempts} attempts in {window:?}");
-            assert!(attempts >= 3, "{attempts} attempts in {window:?}");
-            assert!(
-                body.contains("postgres: too many connections (too many connections for role"),
-                "{body}"
-            );
-        })
-        .await
-    };
-    let _ = sqlx::raw_sql(&format!("DROP ROLE {role}"))
-        .execute(&pool)
-        .await;
-    if let Err(e) = result {
-        std::panic::resume_unwind(e.into_panic());
-    }
+    with_a_refused_role(&pool, "jr_refused", |pool, role| async move {
+        let pg: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
+        let proxy = Proxy::start(pg);
+        let mut url = url::Url::parse(&database_url_of(&pool).await).unwrap();
+        url.set_username(&role).unwrap();
+        url.set_port(Some(proxy.port)).unwrap();
+        let url = url.to_string();
+        let ns = Namespace::new();
+        let mut d = Daemon::start(
+            &[],
+            &[
+                ("DATABASE_URL", &url),
+                ("REDIS_URL", &ns.url),
+                ("JOBRELAY_NAMESPACE", &ns.prefix),
+            ],
+        );
+        let window = Duration::from_secs(12);
+        hold_for(window, "the attempts are counted over a window").await;
+        let attempts = proxy.accepted();
+        let (_, body) = d.get("/readyz").await;
+        assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
+        eprintln!("refused attempts in {window:?}: {attempts}");
+        // 250 ms doubling to 4 s, each step at least half its nominal value: at most 10
+        // attempts in 12 s (the first at once); sqlx's pool alone made about 11 a second.
+        assert!(attempts <= 11, "{attempts} attempts in {window:?}");
+        assert!(attempts >= 3, "{attempts} attempts in {window:?}");
+        assert!(
+            body.contains("postgres: too many connections (too many connections for role"),
+            "{body}"
+        );
+    })
+    .await;
 }
 
 /// The wordings: `check` names a refusal's reason and the server's message once (no repeated
@@ -358,98 +344,84 @@ async fn refused_connections_are_tried_once_per_backoff_step(pool: PgPool) {
 /// words, not `unexpected response from SSLRequest: 0x00`.
 #[sqlx::test]
 async fn refusals_timeouts_and_closed_connections_are_worded_once(pool: PgPool) {
-    let role = format!("jr_words_{}", rand_hex());
-    sqlx::raw_sql(&format!("CREATE ROLE {role} LOGIN CONNECTION LIMIT 0"))
-        .execute(&pool)
-        .await
-        .unwrap();
-    let result = {
-        let (pool, role) = (pool.clone(), role.clone());
-        tokio::spawn(async move {
-            let db = database_url_of(&pool).await;
-            let redis = redis_url();
-            let mut refused = url::Url::parse(&db).unwrap();
-            refused.set_username(&role).unwrap();
-            let (code, out, _) = run_relay(
-                &["check"],
-                &[("DATABASE_URL", refused.as_str()), ("REDIS_URL", &redis)],
-            )
-            .await;
-            assert_eq!(code, 1, "{out}");
-            let line = out.lines().find(|l| l.starts_with("postgres:")).unwrap();
-            assert!(
-                line.starts_with("postgres: too many connections: too many connections for role"),
-                "{line}"
-            );
-            assert_eq!(line.matches("postgres").count(), 1, "{line}");
-            assert!(!line.contains("error returned from database"), "{line}");
-
-            // A server that accepts and never answers: --push-timeout 2s, said and kept.
-            let pg: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
-            let proxy = Proxy::start(pg);
-            proxy.stall();
-            let mut silent = url::Url::parse(&db).unwrap();
-            silent.set_port(Some(proxy.port)).unwrap();
-            let started = Instant::now();
-            let (code, out, _) = run_relay(
-                &["check", "--push-timeout", "2s"],
-                &[("DATABASE_URL", silent.as_str()), ("REDIS_URL", &redis)],
-            )
-            .await;
-            let took = started.elapsed();
-            assert_eq!(code, 1, "{out}");
-            let line = out.lines().find(|l| l.starts_with("postgres:")).unwrap();
-            assert!(line.starts_with("postgres: timeout: "), "{line}");
-            assert!(line.ends_with("timed out after 2s"), "{line}");
-            assert!(
-                took < Duration::from_secs(4),
-                "{line}, returned after {took:?}"
-            );
-
-            // A proxy with no server behind it: accepts, reads the TLS request, closes.
-            let closing = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let mut closed = url::Url::parse(&db).unwrap();
-            closed
-                .set_port(Some(closing.local_addr().unwrap().port()))
-                .unwrap();
-            tokio::spawn(async move {
-                loop {
-                    let (mut s, _) = closing.accept().await.unwrap();
-                    let mut request = [0u8; 8];
-                    let _ = s.read_exact(&mut request).await;
-                    let _ = s.shutdown().await;
-                }
-            });
-            let ns = Namespace::new();
-            let d = Daemon::start(
-                &[],
-                &[
-                    ("DATABASE_URL", closed.as_str()),
-                    ("REDIS_URL", &ns.url),
-                    ("JOBRELAY_NAMESPACE", &ns.prefix),
-                ],
-            );
-            wait_until("/readyz names it", Duration::from_secs(15), || async {
-                http_get(d.port, "/readyz")
-                    .await
-                    .is_ok_and(|(s, body)| s == 503 && body.contains("postgres: unreachable"))
-            })
-            .await;
-            let (_, body) = d.get("/readyz").await;
-            assert!(
-                body.contains(
-                    "postgres: unreachable (the connection was closed before the server answered"
-                ),
-                "{body}"
-            );
-            assert!(!body.contains("SSLRequest"), "{body}");
-        })
-        .await
-    };
-    let _ = sqlx::raw_sql(&format!("DROP ROLE {role}"))
-        .execute(&pool)
+    with_a_refused_role(&pool, "jr_words", |pool, role| async move {
+        let db = database_url_of(&pool).await;
+        let redis = redis_url();
+        let mut refused = url::Url::parse(&db).unwrap();
+        refused.set_username(&role).unwrap();
+        let (code, out, _) = run_relay(
+            &["check"],
+            &[("DATABASE_URL", refused.as_str()), ("REDIS_URL", &redis)],
+        )
         .await;
-    if let Err(e) = result {
-        std::panic::resume_unwind(e.into_panic());
-    }
+        assert_eq!(code, 1, "{out}");
+        let line = out.lines().find(|l| l.starts_with("postgres:")).unwrap();
+        assert!(
+            line.starts_with("postgres: too many connections: too many connections for role"),
+            "{line}"
+        );
+        assert_eq!(line.matches("postgres").count(), 1, "{line}");
+        assert!(!line.contains("error returned from database"), "{line}");
+
+        // A server that accepts and never answers: --push-timeout 2s, said and kept.
+        let pg: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
+        let proxy = Proxy::start(pg);
+        proxy.stall();
+        let mut silent = url::Url::parse(&db).unwrap();
+        silent.set_port(Some(proxy.port)).unwrap();
+        let started = Instant::now();
+        let (code, out, _) = run_relay(
+            &["check", "--push-timeout", "2s"],
+            &[("DATABASE_URL", silent.as_str()), ("REDIS_URL", &redis)],
+        )
+        .await;
+        let took = started.elapsed();
+        assert_eq!(code, 1, "{out}");
+        let line = out.lines().find(|l| l.starts_with("postgres:")).unwrap();
+        assert!(line.starts_with("postgres: timeout: "), "{line}");
+        assert!(line.ends_with("timed out after 2s"), "{line}");
+        assert!(
+            took < Duration::from_secs(4),
+            "{line}, returned after {took:?}"
+        );
+
+        // A proxy with no server behind it: accepts, reads the TLS request, closes.
+        let closing = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut closed = url::Url::parse(&db).unwrap();
+        closed
+            .set_port(Some(closing.local_addr().unwrap().port()))
+            .unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = closing.accept().await.unwrap();
+                let mut request = [0u8; 8];
+                let _ = s.read_exact(&mut request).await;
+                let _ = s.shutdown().await;
+            }
+        });
+        let ns = Namespace::new();
+        let d = Daemon::start(
+            &[],
+            &[
+                ("DATABASE_URL", closed.as_str()),
+                ("REDIS_URL", &ns.url),
+                ("JOBRELAY_NAMESPACE", &ns.prefix),
+            ],
+        );
+        wait_until("/readyz names it", Duration::from_secs(15), || async {
+            http_get(d.port, "/readyz")
+                .await
+                .is_ok_and(|(s, body)| s == 503 && body.contains("postgres: unreachable"))
+        })
+        .await;
+        let (_, body) = d.get("/readyz").await;
+        assert!(
+            body.contains(
+                "postgres: unreachable (the connection was closed before the server answered"
+            ),
+            "{body}"
+        );
+        assert!(!body.contains("SSLRequest"), "{body}");
+    })
+    .await;
 }
