@@ -1,0 +1,133 @@
+"""RQ: `Queue.enqueue`, `enqueue_call`, `enqueue_in` and `enqueue_at` inside a database
+transaction write an outbox row instead of writing to Redis.
+
+`jobrelay.rq.Queue` is RQ's `Queue` (same constructor, same methods, RQ's JSON serializer by
+default, which the relay's `--layout rq` and `rq worker --serializer json` use). RQ builds the
+job as usual (its id, `job_timeout`, `result_ttl`, `ttl`, `failure_ttl`, `Retry`, `meta`,
+`description`); where RQ would save it to Redis (`enqueue_job`, `schedule_job`), inside a
+transaction the job becomes a row: `job_type` the function's import path, `uuid` the job id,
+`payload` the args and kwargs, `run_at` the time of `enqueue_at`/`enqueue_in`, `options` the
+job's options that differ from RQ's defaults. The `Job` returned has the id the worker sees;
+it is not in Redis until the relay has pushed it. Outside a transaction RQ's own enqueue runs.
+
+Dependencies (`depends_on`), callbacks (`on_success`, ...), webhooks and `Repeat` are refused
+at the call (`jobrelay.errors.Unsupported`): the relay's rq layout does not write them.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from rq import Queue as _Queue
+from rq.job import Job as _RqJob
+from rq.serializers import JSONSerializer
+
+from . import outbox
+from ._job import Job, args_kwargs_payload
+from .errors import Unsupported
+
+_RQ_DEFAULT_TIMEOUT = 180
+
+
+class Queue(_Queue):
+    """RQ's `Queue`, writing into the outbox inside a transaction."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("serializer", JSONSerializer)
+        super().__init__(*args, **kwargs)
+
+    def enqueue_job(
+        self, job: _RqJob, pipeline: Any = None, at_front: bool = False, unique: bool = False
+    ) -> _RqJob:
+        transaction = outbox.route()
+        if transaction is None:
+            return super().enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
+        job.origin = self.name
+        outbox.write(transaction, job_row(job, self.name, run_at=None, at_front=at_front))
+        return job
+
+    def schedule_job(
+        self, job: _RqJob, datetime: datetime, pipeline: Any = None, unique: bool = False
+    ) -> _RqJob:
+        transaction = outbox.route()
+        if transaction is None:
+            return super().schedule_job(job, datetime, pipeline=pipeline, unique=unique)
+        job.origin = self.name
+        at_front = bool(job.enqueue_at_front)
+        outbox.write(transaction, job_row(job, self.name, run_at=datetime, at_front=at_front))
+        return job
+
+
+def job_row(job: _RqJob, queue: str, *, run_at: datetime | None, at_front: bool) -> Job:
+    """The outbox row of an RQ job built by `Queue.create_job`."""
+    name = job.func_name
+    _refuse_unsupported(job, name)
+    return Job(
+        queue=queue,
+        job_type=name,
+        payload=args_kwargs_payload(name, job.args, job.kwargs),
+        uuid=job.id,
+        run_at=_aware(run_at),
+        options=_job_options(job, at_front),
+    )
+
+
+def _refuse_unsupported(job: _RqJob, name: str) -> None:
+    if job.instance is not None:
+        raise Unsupported(
+            f"RQ job {name!r} calls a method of an instance; the relay writes JSON jobs that "
+            "name a function by its import path"
+        )
+    for present, what in (
+        (job._dependency_ids, "depends_on"),
+        (job._success_callback_name, "on_success"),
+        (job._failure_callback_name, "on_failure"),
+        (job._stopped_callback_name, "on_stopped"),
+        (job.webhooks, "webhooks"),
+        (job.repeats_left, "repeat"),
+        (job.enqueue_at_front_on_retry, "Retry(enqueue_at_front=True)"),
+    ):
+        if present:
+            raise Unsupported(
+                f"RQ job {name!r}: {what} is not relayed by jobrelay's rq layout; "
+                "enqueue without it (or enqueue the follow-up job from the job itself)"
+            )
+
+
+def _job_options(job: _RqJob, at_front: bool) -> dict[str, Any]:
+    """The rq layout's options that differ from what RQ writes for a job with defaults."""
+    options: dict[str, Any] = {}
+    if job.timeout is not None and job.timeout != _RQ_DEFAULT_TIMEOUT:
+        options["timeout"] = job.timeout
+    for name in ("result_ttl", "ttl", "failure_ttl"):
+        value = getattr(job, name)
+        if value is not None:
+            options[name] = value
+    if job.retries_left:
+        options["retry"] = {"max": job.retries_left, "interval": list(job.retry_intervals or [0])}
+    if job.description is not None and job.description != job.get_call_string():
+        options["description"] = job.description
+    if at_front:
+        options["at_front"] = True
+    if job.meta:
+        try:
+            json.dumps(job.meta)
+        except (TypeError, ValueError) as err:
+            raise Unsupported(f"RQ job {job.func_name!r}: its meta is not JSON: {err}") from None
+        options["meta"] = dict(job.meta)
+    return options
+
+
+def _aware(when: datetime | None) -> datetime | None:
+    """RQ reads a naive time as the machine's local time (`ScheduledJobRegistry.schedule`)."""
+    if when is None or when.tzinfo is not None:
+        return when
+    offset = -(time.timezone if time.daylight == 0 else time.altzone)
+    local = when.replace(tzinfo=timezone(timedelta(seconds=offset)))
+    return datetime.fromtimestamp(calendar.timegm(local.utctimetuple()), timezone.utc).replace(
+        microsecond=when.microsecond
+    )

@@ -1,0 +1,106 @@
+"""The real workers as child processes: `celery worker` and `rq worker --serializer json`,
+running the task modules of tests/apps, each run recorded as one JSON line in a file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .wait import wait_for
+
+APPS = Path(__file__).resolve().parents[1] / "apps"
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Worker:
+    runs_file: Path
+    log: Path
+    #: Other logs worth reading when a wait fails (the relay's).
+    other_logs: list[Path] = field(default_factory=list)
+
+    def runs(self) -> list[dict[str, Any]]:
+        if not self.runs_file.exists():
+            return []
+        return [json.loads(line) for line in self.runs_file.read_text().splitlines() if line]
+
+    def runs_of(self, job_id: str) -> list[dict[str, Any]]:
+        return [run for run in self.runs() if run["id"] == job_id]
+
+    def wait_runs(self, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+        return wait_for(
+            f"{count} recorded runs", lambda: (r := self.runs()) if len(r) >= count else None,
+            timeout,
+        )
+
+    def wait_run(self, job_id: str, outcome: str = "ran", timeout: float = 30.0) -> dict[str, Any]:
+        def probe() -> dict[str, Any] | None:
+            return next((r for r in self.runs_of(job_id) if r["outcome"] == outcome), None)
+
+        try:
+            return wait_for(f"run of {job_id} ({outcome})", probe, timeout)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{self.diagnostics()}") from None
+
+    def diagnostics(self) -> str:
+        logs = [self.log, *self.other_logs]
+        return "\n".join(f"--- {log}:\n{log.read_text(errors='replace')[-4000:]}" for log in logs)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextmanager
+def _child(argv: Sequence[str], env: dict[str, str], ready: str | None) -> Iterator[Worker]:
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = Path(tmp) / "runs.jsonl"
+        runs.touch()
+        log = Path(tmp) / "worker.log"
+        full_env = {**os.environ, **env, "JOBRELAY_TEST_RUNS": str(runs), "PYTHONPATH": str(APPS)}
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                argv, cwd=APPS, env=full_env, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        worker = Worker(runs, log)
+        try:
+            if ready is not None:
+                wait_for(f"{argv[0]} ready", lambda: ready in worker.log_text(), timeout=60)
+            yield worker
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@contextmanager
+def celery_worker(broker: str, keyprefix: str, queues: str = "celery,emails") -> Iterator[Worker]:
+    argv = [
+        str(BIN / "celery"), "-A", "celery_worker_app", "worker", "-Q", queues,
+        "--pool", "prefork", "-c", "2", "--without-gossip", "--without-mingle",
+        "--without-heartbeat", "-l", "info",
+    ]
+    env = {"JOBRELAY_TEST_BROKER": broker, "JOBRELAY_TEST_KEYPREFIX": keyprefix}
+    with _child(argv, env, " ready.") as worker:
+        yield worker
+
+
+@contextmanager
+def rq_worker(redis_url: str, queues: Sequence[str] = ("default", "emails")) -> Iterator[Worker]:
+    argv = [
+        str(BIN / "rq"), "worker", "--serializer", "json", "--with-scheduler", "--url",
+        redis_url, *queues,
+    ]
+    with _child(argv, {}, None) as worker:
+        yield worker
