@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery, chain, chord, group
-
-import jobrelay
-import jobrelay.celery
 from support.database import pending_rows
+from support.producer import runs_in_the_worker
 from support.relay import running_relay
 from support.wait import wait_for
 from support.workers import Worker, celery_worker
+
+import jobrelay
+import jobrelay.celery
 
 
 class Boom(Exception):
@@ -69,19 +70,13 @@ def app(redis_url: str, keyprefix: str, django_db: Any) -> Celery:
         task_routes={"tasks.routed": {"queue": "emails"}},
     )
     for name in ("tasks.record", "tasks.routed", "tasks.sleep"):
-        app.task(name=name)(_never_run_here)
+        app.task(name=name)(runs_in_the_worker)
     jobrelay.celery.install(app)
     return app
 
 
-def _never_run_here(*args: Any, **kwargs: Any) -> None:
-    raise AssertionError("the producer's tasks run in the worker")
-
-
 @pytest.fixture(scope="module")
-def worker(
-    app: Celery, database_url: str, redis_url: str, keyprefix: str
-) -> Iterator[Worker]:
+def worker(app: Celery, database_url: str, redis_url: str, keyprefix: str) -> Iterator[Worker]:
     with (
         celery_worker(redis_url, keyprefix) as worker,
         running_relay(database_url, redis_url, "celery", keyprefix) as relay_log,
@@ -189,9 +184,7 @@ def test_countdown_and_eta_run_no_earlier_than_asked(app: Celery, worker: Worker
     assert worker.wait_run(by_eta.id)["at"] >= eta.timestamp()
 
 
-def test_workflows_and_links_are_refused_at_the_call(
-    app: Celery, django_db: Any, redis_url: str
-) -> None:
+def test_workflows_and_links_are_refused_at_the_call(app: Celery, django_db: Any) -> None:
     from django.db import transaction
 
     record = task(app)
@@ -205,9 +198,9 @@ def test_workflows_and_links_are_refused_at_the_call(
             with pytest.raises(jobrelay.Unsupported, match=what):
                 call()
         # A chord needs a result backend before Celery sends its header's tasks.
-        with_backend = Celery("with-backend", broker=app.conf.broker_url, backend=redis_url)
+        with_backend = Celery("with-backend", broker=app.conf.broker_url, backend="cache+memory://")
         with_backend.conf.broker_transport_options = app.conf.broker_transport_options
-        part = with_backend.task(name="tasks.record")(_never_run_here)
+        part = with_backend.task(name="tasks.record")(runs_in_the_worker)
         jobrelay.celery.install(with_backend)
         with pytest.raises(jobrelay.Unsupported, match="a chord"):
             chord([part.s(1), part.s(2)], part.s()).apply_async()

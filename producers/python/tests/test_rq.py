@@ -16,13 +16,13 @@ import sqlalchemy
 from redis import Redis
 from rq import Callback, Repeat
 from sqlalchemy.orm import Session
-
-import jobrelay
-from jobrelay.rq import Queue
 from support.database import pending_rows
 from support.relay import running_relay
 from support.wait import wait_for
 from support.workers import Worker, rq_worker
+
+import jobrelay
+from jobrelay.rq import Queue
 
 RECORD = "rq_jobs.record_job"
 
@@ -93,12 +93,16 @@ def test_rollbacks_and_rolled_back_savepoints_run_nothing(
             with session.begin_nested():
                 kept.append(queue.enqueue(RECORD, marker, "savepoint kept"))
     # A SQLAlchemy Connection, with bulk().
-    with engine.connect() as connection, jobrelay.using(connection):
-        with connection.begin(), jobrelay.bulk():
-            kept.append(queue.enqueue(RECORD, marker, "connection kept"))
-            nested = connection.begin_nested()
-            queue.enqueue(RECORD, marker, "connection savepoint rolled back")
-            nested.rollback()
+    with (
+        engine.connect() as connection,
+        jobrelay.using(connection),
+        connection.begin(),
+        jobrelay.bulk(),
+    ):
+        kept.append(queue.enqueue(RECORD, marker, "connection kept"))
+        nested = connection.begin_nested()
+        queue.enqueue(RECORD, marker, "connection savepoint rolled back")
+        nested.rollback()
     # A psycopg connection: transaction() blocks nest as savepoints.
     with psycopg.connect(database_url, autocommit=True) as conn, jobrelay.using(conn):
         with conn.transaction(), jobrelay.bulk():

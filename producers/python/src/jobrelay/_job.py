@@ -64,9 +64,7 @@ class Job:
             raise JobError(f"job {self.job_type!r}: its options are not JSON: {err}") from None
 
 
-def args_kwargs_payload(
-    job_type: str, args: Any, kwargs: Any, dumps: Any = None
-) -> bytes:
+def args_kwargs_payload(job_type: str, args: Any, kwargs: Any, dumps: Any = None) -> bytes:
     """The celery and rq layouts' payload: `{"args": [...], "kwargs": {...}}`, UTF-8 JSON.
 
     `dumps` is the runner's own JSON encoder (kombu's for Celery, so that what its worker decodes

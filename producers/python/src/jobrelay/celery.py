@@ -27,8 +27,27 @@ from .errors import JobError, Unsupported
 
 #: Celery's own message headers; a custom header of one of these names is not a custom header.
 _CELERY_HEADERS = frozenset(
-    "lang task id shadow eta expires group group_index retries timelimit root_id parent_id "
-    "argsrepr kwargsrepr origin ignore_result replaced_task_nesting stamped_headers stamps".split()
+    [
+        "lang",
+        "task",
+        "id",
+        "shadow",
+        "eta",
+        "expires",
+        "group",
+        "group_index",
+        "retries",
+        "timelimit",
+        "root_id",
+        "parent_id",
+        "argsrepr",
+        "kwargsrepr",
+        "origin",
+        "ignore_result",
+        "replaced_task_nesting",
+        "stamped_headers",
+        "stamps",
+    ]
 )
 
 
@@ -62,7 +81,7 @@ def install(app: Any) -> None:
 
 def job_from_message(amqp: Any, name: str, message: Any, options: Mapping[str, Any]) -> Job:
     """The outbox row of one task message, as `send_task_message` receives it."""
-    headers, properties, body, _sent_event = message
+    headers, _properties, body, _sent_event = message
     args, kwargs, embed = body
     _refuse_workflows(name, headers, embed)
     return Job(

@@ -65,6 +65,8 @@ class Queue(_Queue):
 def job_row(job: _RqJob, queue: str, *, run_at: datetime | None, at_front: bool) -> Job:
     """The outbox row of an RQ job built by `Queue.create_job`."""
     name = job.func_name
+    if name is None:
+        raise Unsupported(f"RQ job {job.id}: no function to call")
     _refuse_unsupported(job, name)
     return Job(
         queue=queue,

@@ -60,7 +60,9 @@ class DjangoTransaction:
 class SqlAlchemySession:
     """A SQLAlchemy 2 `Session`, or a `scoped_session` (Flask-SQLAlchemy's `db.session`: each
     call uses the current scope's session). The row joins the session's transaction, on the
-    connection the session uses; `begin_nested()` savepoints are respected."""
+    connection the session uses, and commits with `session.commit()`; `begin_nested()`
+    savepoints are respected. A session that autobegins (the default) is always in a
+    transaction: a call before any other statement begins it."""
 
     def __init__(self, session: Any) -> None:
         self.session = session
@@ -76,7 +78,8 @@ class SqlAlchemySession:
         return self._session()
 
     def in_transaction(self) -> bool:
-        return bool(self._session().in_transaction())
+        session = self._session()
+        return bool(session.in_transaction() or session.autobegin)
 
     def savepoint(self) -> object:
         return self._session().get_nested_transaction()
@@ -86,7 +89,9 @@ class SqlAlchemySession:
 
 
 class SqlAlchemyConnection:
-    """A SQLAlchemy 2 `Connection` (inside `engine.begin()` or `connection.begin()`)."""
+    """A SQLAlchemy 2 `Connection`: its transaction (`engine.begin()`, `connection.begin()`, or
+    the one it autobegins, ended by `connection.commit()`); with the `AUTOCOMMIT` isolation
+    level, only inside `connection.begin()`."""
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection
@@ -95,7 +100,10 @@ class SqlAlchemyConnection:
         return self.connection
 
     def in_transaction(self) -> bool:
-        return bool(self.connection.in_transaction())
+        if self.connection.in_transaction():
+            return True
+        isolation = self.connection.get_execution_options().get("isolation_level")
+        return bool(isolation != "AUTOCOMMIT")
 
     def savepoint(self) -> object:
         return self.connection.get_nested_transaction()

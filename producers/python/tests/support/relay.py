@@ -26,7 +26,10 @@ def relay_bin() -> str:
 
 @contextmanager
 def running_relay(
-    database_url: str, redis_url: str, layout: str, namespace: str = "",
+    database_url: str,
+    redis_url: str,
+    layout: str,
+    namespace: str = "",
     extra: Sequence[str] = (),
 ) -> Iterator[Path]:
     """The relay daemon until the block ends; yields the path of its log."""
@@ -34,9 +37,22 @@ def running_relay(
         log = Path(tmp) / "relay.log"
         with log.open("wb") as out:
             process = subprocess.Popen(
-                [relay_bin(), "--database-url", database_url, "--redis-url", redis_url,
-                 "--layout", layout, "--namespace", namespace, "--log-format", "text",
-                 "--http-addr", "off", *extra],
+                [
+                    relay_bin(),
+                    "--database-url",
+                    database_url,
+                    "--redis-url",
+                    redis_url,
+                    "--layout",
+                    layout,
+                    "--namespace",
+                    namespace,
+                    "--log-format",
+                    "text",
+                    "--http-addr",
+                    "off",
+                    *extra,
+                ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )

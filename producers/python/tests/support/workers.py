@@ -36,10 +36,11 @@ class Worker:
         return [run for run in self.runs() if run["id"] == job_id]
 
     def wait_runs(self, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
-        return wait_for(
-            f"{count} recorded runs", lambda: (r := self.runs()) if len(r) >= count else None,
-            timeout,
-        )
+        def probe() -> list[dict[str, Any]] | None:
+            runs = self.runs()
+            return runs if len(runs) >= count else None
+
+        return wait_for(f"{count} recorded runs", probe, timeout)
 
     def wait_run(self, job_id: str, outcome: str = "ran", timeout: float = 30.0) -> dict[str, Any]:
         def probe() -> dict[str, Any] | None:
@@ -67,7 +68,11 @@ def _child(argv: Sequence[str], env: dict[str, str], ready: str | None) -> Itera
         full_env = {**os.environ, **env, "JOBRELAY_TEST_RUNS": str(runs), "PYTHONPATH": str(APPS)}
         with log.open("wb") as out:
             process = subprocess.Popen(
-                argv, cwd=APPS, env=full_env, stdout=out, stderr=subprocess.STDOUT,
+                argv,
+                cwd=APPS,
+                env=full_env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         worker = Worker(runs, log)
@@ -87,9 +92,21 @@ def _child(argv: Sequence[str], env: dict[str, str], ready: str | None) -> Itera
 @contextmanager
 def celery_worker(broker: str, keyprefix: str, queues: str = "celery,emails") -> Iterator[Worker]:
     argv = [
-        str(BIN / "celery"), "-A", "celery_worker_app", "worker", "-Q", queues,
-        "--pool", "prefork", "-c", "2", "--without-gossip", "--without-mingle",
-        "--without-heartbeat", "-l", "info",
+        str(BIN / "celery"),
+        "-A",
+        "celery_worker_app",
+        "worker",
+        "-Q",
+        queues,
+        "--pool",
+        "prefork",
+        "-c",
+        "2",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "-l",
+        "info",
     ]
     env = {"JOBRELAY_TEST_BROKER": broker, "JOBRELAY_TEST_KEYPREFIX": keyprefix}
     with _child(argv, env, " ready.") as worker:
@@ -99,8 +116,14 @@ def celery_worker(broker: str, keyprefix: str, queues: str = "celery,emails") ->
 @contextmanager
 def rq_worker(redis_url: str, queues: Sequence[str] = ("default", "emails")) -> Iterator[Worker]:
     argv = [
-        str(BIN / "rq"), "worker", "--serializer", "json", "--with-scheduler", "--url",
-        redis_url, *queues,
+        str(BIN / "rq"),
+        "worker",
+        "--serializer",
+        "json",
+        "--with-scheduler",
+        "--url",
+        redis_url,
+        *queues,
     ]
     with _child(argv, {}, None) as worker:
         yield worker
