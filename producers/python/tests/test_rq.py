@@ -92,6 +92,11 @@ def test_rollbacks_and_rolled_back_savepoints_run_nothing(
                 raise Boom
             with session.begin_nested():
                 kept.append(queue.enqueue(RECORD, marker, "savepoint kept"))
+        with session.begin(), jobrelay.bulk():
+            kept.append(queue.enqueue(RECORD, marker, "session bulk kept"))
+            with pytest.raises(Boom), session.begin_nested():
+                queue.enqueue(RECORD, marker, "session bulk savepoint rolled back")
+                raise Boom
     # A SQLAlchemy Connection, with bulk().
     with (
         engine.connect() as connection,
@@ -114,11 +119,22 @@ def test_rollbacks_and_rolled_back_savepoints_run_nothing(
             queue.enqueue(RECORD, marker, "psycopg rolled back")
             raise Boom
 
+    # One worker takes the queue's jobs in order: once a job committed after all of them ran,
+    # whatever the transactions above had left in the queue has run too.
+    with psycopg.connect(database_url) as conn, jobrelay.using(conn):
+        sentinel = queue.enqueue(RECORD, "sentinel")
+    worker.wait_run(sentinel.id)
     for job in kept:
-        worker.wait_run(job.id)
-    wait_for("the outbox emptied", lambda: pending_rows(database_url) == 0)
+        assert worker.runs_of(job.id)
+    assert pending_rows(database_url) == 0
     ran = sorted(r["args"][1] for r in worker.runs() if r["args"][:1] == [marker])
-    assert ran == ["connection kept", "psycopg kept", "savepoint kept", "session kept"]
+    assert ran == [
+        "connection kept",
+        "psycopg kept",
+        "savepoint kept",
+        "session bulk kept",
+        "session kept",
+    ]
 
 
 def test_enqueue_in_and_enqueue_at_run_no_earlier_than_asked(

@@ -55,6 +55,17 @@ class Worker:
         logs = [self.log, *self.other_logs]
         return "\n".join(f"--- {log}:\n{log.read_text(errors='replace')[-4000:]}" for log in logs)
 
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        """A Celery worker: every task it received has finished (succeeded or failed)."""
+
+        def probe() -> bool:
+            log = self.log_text()
+            return log.count("] received") == log.count("] succeeded in") + log.count(
+                "] raised unexpected"
+            )
+
+        wait_for("the worker to finish the tasks it received", probe, timeout)
+
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
 
