@@ -71,7 +71,7 @@ def celery_app(name: str, redis_url: str, outbox: bool) -> Any:
 
     app = Celery(name, broker=redis_url)
     app.conf.task_serializer = "json"
-    app.task(name="tasks.send_welcome")(send_welcome)
+    app.task(name="tasks.send_welcome", shared=False)(send_welcome)
     if outbox:
         jobrelay.celery.install(app)
     return app

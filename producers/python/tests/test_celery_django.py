@@ -70,7 +70,7 @@ def app(redis_url: str, keyprefix: str, django_db: Any) -> Celery:
         task_routes={"tasks.routed": {"queue": "emails"}},
     )
     for name in ("tasks.record", "tasks.routed", "tasks.sleep"):
-        app.task(name=name)(runs_in_the_worker)
+        app.task(name=name, shared=False)(runs_in_the_worker)
     jobrelay.celery.install(app)
     return app
 
@@ -206,7 +206,7 @@ def test_workflows_and_links_are_refused_at_the_call(app: Celery, django_db: Any
         # A chord needs a result backend before Celery sends its header's tasks.
         with_backend = Celery("with-backend", broker=app.conf.broker_url, backend="cache+memory://")
         with_backend.conf.broker_transport_options = app.conf.broker_transport_options
-        part = with_backend.task(name="tasks.record")(runs_in_the_worker)
+        part = with_backend.task(name="tasks.record", shared=False)(runs_in_the_worker)
         jobrelay.celery.install(with_backend)
         with pytest.raises(jobrelay.Unsupported, match="a chord"):
             chord([part.s(1), part.s(2)], part.s()).apply_async()

@@ -30,8 +30,10 @@ CLOSED = "redis://127.0.0.1:1/0"
 def app() -> Celery:
     app = Celery("rows", broker=CLOSED)
     app.conf.task_routes = {"tasks.routed": {"queue": "emails"}}
-    app.task(name="tasks.record")(runs_in_the_worker)
-    app.task(name="tasks.routed", time_limit=30, soft_time_limit=20)(runs_in_the_worker)
+    app.task(name="tasks.record", shared=False)(runs_in_the_worker)
+    app.task(name="tasks.routed", shared=False, time_limit=30, soft_time_limit=20)(
+        runs_in_the_worker
+    )
     jobrelay.celery.install(app)
     return app
 

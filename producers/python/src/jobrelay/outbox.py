@@ -148,6 +148,7 @@ def write(transaction: Transaction, job: Job) -> None:
 
 
 _COLUMNS = "uuid, queue, job_type, payload, run_at, headers, options"
+_VALUES = "VALUES (%s::uuid, %s, %s, %s::bytea, %s::timestamptz, %s::jsonb, %s::jsonb)"
 _UNNEST = (
     "SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::bytea[], "
     "%s::timestamptz[], %s::jsonb[], %s::jsonb[])"
@@ -155,7 +156,24 @@ _UNNEST = (
 
 
 def insert(transaction: Transaction, jobs: Sequence[Job]) -> None:
-    """One `INSERT` of every job, on the transaction's connection (one round trip)."""
+    """One `INSERT` of every job, on the transaction's connection (one round trip): a row of
+    `VALUES` for one job (Postgres plans it faster), one array per column for more."""
+    table = _quote_table(_settings.table)
+    if len(jobs) == 1:
+        (job,) = jobs
+        transaction.execute(
+            f"INSERT INTO {table} ({_COLUMNS}) {_VALUES}",
+            [
+                job.uuid,
+                job.queue,
+                job.job_type,
+                job.payload,
+                job.run_at,
+                job.headers_json(),
+                job.options_json(),
+            ],
+        )
+        return
     params: list[list[Any]] = [[], [], [], [], [], [], []]
     for job in jobs:
         params[0].append(job.uuid)
@@ -165,8 +183,7 @@ def insert(transaction: Transaction, jobs: Sequence[Job]) -> None:
         params[4].append(job.run_at)
         params[5].append(job.headers_json())
         params[6].append(job.options_json())
-    sql = f"INSERT INTO {_quote_table(_settings.table)} ({_COLUMNS}) {_UNNEST}"
-    transaction.execute(sql, params)
+    transaction.execute(f"INSERT INTO {table} ({_COLUMNS}) {_UNNEST}", params)
 
 
 def _quote_table(table: str) -> str:
