@@ -7,10 +7,10 @@ import copy
 from collections.abc import Iterator
 
 import pytest
-from support.database import fresh_database
-from support.redis_server import private_redis
 
 from jobrelay import outbox
+from support.database import fresh_database
+from support.redis_server import private_redis
 
 
 @pytest.fixture(scope="module")

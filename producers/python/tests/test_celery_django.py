@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery, chain, chord, group
+
+import jobrelay
+import jobrelay.celery
 from support.database import pending_rows
 from support.producer import runs_in_the_worker
 from support.relay import running_relay
 from support.wait import wait_for
 from support.workers import Worker, celery_worker
-
-import jobrelay
-import jobrelay.celery
 
 
 class Boom(Exception):

@@ -17,11 +17,11 @@ from celery import Celery
 from redis import Redis
 from rq import Retry
 from sqlalchemy.orm import scoped_session, sessionmaker
-from support.producer import runs_in_the_worker
 
 import jobrelay
 import jobrelay.celery
 from jobrelay.rq import Queue
+from support.producer import runs_in_the_worker
 
 CLOSED = "redis://127.0.0.1:1/0"
 

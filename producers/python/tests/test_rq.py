@@ -16,13 +16,13 @@ import sqlalchemy
 from redis import Redis
 from rq import Callback, Repeat
 from sqlalchemy.orm import Session
+
+import jobrelay
+from jobrelay.rq import Queue
 from support.database import pending_rows
 from support.relay import running_relay
 from support.wait import wait_for
 from support.workers import Worker, rq_worker
-
-import jobrelay
-from jobrelay.rq import Queue
 
 RECORD = "rq_jobs.record_job"
 

@@ -177,6 +177,11 @@ def _task_options(
         result["shadow"] = headers["shadow"]
     priority = options.get("priority")
     if priority is not None:
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+            raise JobError(
+                f"task {name!r}: priority {priority!r} is not an integer 0..9 "
+                "(kombu's Redis priorities, which the celery layout writes)"
+            )
         result["priority"] = priority
     return result
 

@@ -91,7 +91,6 @@ def _refuse_unsupported(job: _RqJob, name: str) -> None:
         (job._stopped_callback_name, "on_stopped"),
         (job.webhooks, "webhooks"),
         (job.repeats_left, "repeat"),
-        (job.enqueue_at_front_on_retry, "Retry(enqueue_at_front=True)"),
     ):
         if present:
             raise Unsupported(
@@ -110,7 +109,13 @@ def _job_options(job: _RqJob, at_front: bool) -> dict[str, Any]:
         if value is not None:
             options[name] = value
     if job.retries_left:
-        options["retry"] = {"max": job.retries_left, "interval": list(job.retry_intervals or [0])}
+        retry: dict[str, Any] = {
+            "max": job.retries_left,
+            "interval": list(job.retry_intervals or [0]),
+        }
+        if job.enqueue_at_front_on_retry:
+            retry["enqueue_at_front"] = True
+        options["retry"] = retry
     if job.description is not None and job.description != job.get_call_string():
         options["description"] = job.description
     if at_front:

@@ -27,6 +27,7 @@ def _run(request, name, args, kwargs, outcome="ran"):
         timelimit=list(request.timelimit or (None, None)),
         expires=request.expires,
         traceparent=getattr(request, "traceparent", None),
+        retries=request.retries,
     )
 
 
