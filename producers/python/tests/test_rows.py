@@ -194,3 +194,19 @@ def test_a_schema_qualified_table(app: Celery, database_url: str) -> None:
         result = app.tasks["tasks.record"].delay(1)
         assert conn.execute("SELECT uuid::text FROM app.outbox").fetchone() == (result.id,)
     assert uuid.UUID(result.id)
+
+
+def test_before_task_publish_receivers_add_headers(app: Celery, database_url: str) -> None:
+    from celery import signals
+
+    def add_traceparent(headers: dict[str, Any], **kwargs: Any) -> None:
+        headers["traceparent"] = "00-from-the-signal-01"
+
+    signals.before_task_publish.connect(add_traceparent)
+    try:
+        with psycopg.connect(database_url) as conn, jobrelay.using(conn):
+            app.tasks["tasks.record"].delay(1)
+    finally:
+        signals.before_task_publish.disconnect(add_traceparent)
+    (row,) = rows(database_url)
+    assert row["headers"] == {"traceparent": "00-from-the-signal-01"}

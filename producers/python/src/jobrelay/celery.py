@@ -67,11 +67,27 @@ def install(app: Any) -> None:
         )
     publish = amqp.send_task_message
 
+    from celery import signals
+
     @functools.wraps(publish)
     def send_task_message(producer: Any, name: str, message: Any, **options: Any) -> Any:
         transaction = outbox.route()
         if transaction is None:
             return publish(producer, name, message, **options)
+        headers, properties, body, _sent_event = message
+        _refuse_workflows(name, headers, body[2])
+        headers.update(options.get("headers") or {})
+        # As Celery's publish does: receivers (tracing instrumentations) may add headers.
+        signals.before_task_publish.send(
+            sender=name,
+            body=body,
+            exchange="",
+            routing_key=_queue_name(amqp, name, options),
+            declare=[],
+            headers=headers,
+            properties=properties,
+            retry_policy={},
+        )
         outbox.write(transaction, job_from_message(amqp, name, message, options))
         return None
 
@@ -90,7 +106,7 @@ def job_from_message(amqp: Any, name: str, message: Any, options: Mapping[str, A
         payload=args_kwargs_payload(name, args, kwargs, _kombu_dumps()),
         uuid=headers["id"],
         run_at=_aware(name, "eta", headers.get("eta")),
-        headers=_custom_headers(name, options.get("headers")),
+        headers=_custom_headers(name, {**headers, **(options.get("headers") or {})}),
         options=_task_options(name, headers, options),
     )
 
