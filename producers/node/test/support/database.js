@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 
 import pg from 'pg';
 
-import { runRelay } from './relay.js';
+import { relayBinary, runRelay } from './relay.js';
 
 export const SERVER = process.env.JOBRELAY_TEST_PG || 'postgres://postgres@127.0.0.1:5432';
 
@@ -20,6 +20,7 @@ async function admin(sql) {
 
 /** Creates and migrates a database; returns its URL and how to drop it. */
 export async function freshDatabase() {
+  relayBinary(); // built first, if it must be, before there is a database to leave behind
   const name = `jobrelay_node_${randomBytes(6).toString('hex')}`;
   await admin(`CREATE DATABASE ${name}`);
   const url = `${SERVER}/${name}`;
