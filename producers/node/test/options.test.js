@@ -49,6 +49,8 @@ test("the job's stored opts are those BullMQ's own Queue.add stores for the same
     { backoff: 300, removeOnComplete: { age: 60, count: 5 } },
     { lifo: true, stackTraceLimit: 2, removeOnFail: false },
     { delay: 60_000, backoff: { type: 'exponential', delay: 10, jitter: 0.5 } },
+    { priority: 3 },
+    { priority: 0, attempts: 2 },
   ];
   const outboxQueue = outbox.queue('stored', { defaultJobOptions: defaults });
   const ours = await outbox.transaction(async (c) => {
@@ -84,4 +86,32 @@ test("the job's stored opts are those BullMQ's own Queue.add stores for the same
     assert.equal(stored.data.x, 1);
     assert.equal(await stored.getState(), await expected.getState(), `case ${i}`);
   }
+});
+
+test('priority: BullMQ\'s Worker runs the jobs by priority, unprioritized first', async () => {
+  const queue = outbox.queue('ranked');
+  const added = await outbox.transaction((c) =>
+    queue.addBulk(
+      [
+        { name: 'p5', data: {}, opts: { priority: 5 } },
+        { name: 'none', data: {} },
+        { name: 'p1', data: {}, opts: { priority: 1 } },
+        { name: 'p3', data: {}, opts: { priority: 3 } },
+      ],
+      c,
+    ),
+  );
+  const bull = outbox.bullQueue('ranked');
+  // Every job in Redis before the worker starts, so that it chooses among all four.
+  await waitFor('four jobs relayed', async () => (await bull.count()) === 4);
+  const { runs } = await outbox.worker('ranked', undefined, { concurrency: 1 });
+  await waitFor('four runs', () => runs.length === 4);
+  assert.deepEqual(
+    runs.map((r) => r.name),
+    ['none', 'p1', 'p3', 'p5'],
+  );
+  assert.deepEqual(
+    runs.map((r) => r.id).sort(),
+    added.map((j) => j.id).sort(),
+  );
 });
