@@ -103,7 +103,7 @@ export class OutboxQueue<DataType = any, NameType extends string = string> {
   add(
     name: NameType,
     data: DataType,
-    opts: OutboxJobOptions | undefined,
+    opts: OutboxJobOptions | null | undefined,
     db: TransactionClient,
   ): Promise<OutboxJob<DataType, NameType>>;
   /** Writes every job's row with one statement, in order; one refusal writes none. */

@@ -18,12 +18,13 @@ import { checkJobName, checkJobOptions } from './attorney.js';
  * @param {Record<string, unknown>} defaults the queue's defaultJobOptions
  * @param {string} name
  * @param {unknown} data
- * @param {Record<string, unknown> | undefined} opts
+ * @param {Record<string, unknown> | null | undefined} opts
  * @returns {{ row: JobRow, merged: Record<string, unknown> }}
  */
 export function toRow(defaults, name, data, opts) {
   checkJobName(name);
-  if (opts !== undefined && (typeof opts !== 'object' || opts === null || Array.isArray(opts))) {
+  // BullMQ takes undefined or null for "no options".
+  if (opts != null && (typeof opts !== 'object' || Array.isArray(opts))) {
     throw new TypeError(`job options must be an object, not ${JSON.stringify(opts)}`);
   }
   // Queue.add: `{ ...this.jobsOpts, ...opts, jobId }`: a queue default never gives the id.

@@ -132,3 +132,14 @@ test('jobIdFromKey: a version 5 uuid, the same for the same key, taken as a jobI
   assert.equal(job.id, id);
   assert.equal(db.statements.length, 1);
 });
+
+test('options as BullMQ takes them: null or undefined for none, an object otherwise', async () => {
+  const db = recorder();
+  const queue = new OutboxQueue('emails', { prefix });
+  await queue.add('send', {}, null, db);
+  await queue.add('send', undefined, undefined, db);
+  assert.equal(db.statements.length, 2);
+  // Job.asJSON: undefined data is stored as {}.
+  assert.equal(JSON.parse(db.statements[1][1][1])[0].data, '{}');
+  await assert.rejects(queue.add('send', {}, 'fast', db), /job options must be an object/);
+});

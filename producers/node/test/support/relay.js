@@ -53,10 +53,18 @@ export function startRelay(databaseUrl, namespace) {
   let log = '';
   child.stdout.on('data', (d) => (log += d));
   child.stderr.on('data', (d) => (log += d));
+  let stopping = false;
   const exited = new Promise((done) => child.once('exit', done));
+  // A relay that dies under a test would only show as a timeout: say so, with its log.
+  exited.then((code) => {
+    if (!stopping) {
+      process.stderr.write(`the relay exited (${code}) during the tests; its log:\n${log}\n`);
+    }
+  });
   return {
     log: () => log,
     async stop() {
+      stopping = true;
       if (child.exitCode === null) {
         child.kill('SIGTERM');
       }
