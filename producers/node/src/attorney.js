@@ -69,7 +69,9 @@ export function checkTable(table) {
 
 /** @param {unknown} name */
 export function checkJobName(name) {
-  if (typeof name !== 'string' || name.length < 1 || name.length > 256) {
+  // Postgres's char_length counts code points, not UTF-16 units.
+  const length = typeof name === 'string' ? [...name].length : 0;
+  if (length < 1 || length > 256) {
     throw new OutboxError(
       `job name must be a string of 1 to 256 characters (the row's job_type), not ${show(name)}`,
     );

@@ -95,6 +95,11 @@ for (const [what, defaults, opts, message] of ONLY_THE_OUTBOX_REFUSES) {
 test('a queue name or job name the outbox table would refuse', async () => {
   assert.match(await outboxRefusal('my emails', {}, 'send', {}, {}), /pending_jobs_queue_check/);
   assert.match(await outboxRefusal('emails', {}, '', {}, {}), /job name must be a string of 1 to 256/);
+  assert.match(await outboxRefusal('emails', {}, 'x'.repeat(257), {}, {}), /1 to 256/);
+  // 256 characters that are 512 UTF-16 units: what pending_jobs_job_type_check takes.
+  const db = recorder();
+  await new OutboxQueue('emails', { prefix }).add('\u{1F4E7}'.repeat(256), {}, undefined, db);
+  assert.equal(db.statements.length, 1);
 });
 
 test('without the transaction client, add and addBulk say what they need', async () => {
