@@ -16,7 +16,7 @@ export default [
       'no-var': 'error',
       'prefer-const': 'error',
       'object-shorthand': 'error',
-      'no-unused-vars': ['error', { argsIgnorePattern: '^_' }],
+      'no-unused-vars': ['error', { argsIgnorePattern: '^_', ignoreRestSiblings: true }],
     },
   },
 ];

@@ -72,6 +72,8 @@ export interface OutboxQueueOptions {
   defaultJobOptions?: OutboxJobOptions;
   /** The outbox table (the relay's `--table`), default `pending_jobs`. */
   table?: string;
+  /** Ignored: the relay holds the Redis connection (taken so BullMQ's Queue options fit). */
+  connection?: unknown;
 }
 
 /** What `add` returns: the job as its worker will see it. */

@@ -10,19 +10,24 @@ import { insertStatement, insertValues } from './statement.js';
 export class OutboxQueue {
   /**
    * @param {string} name the BullMQ queue's name (no `:`, as BullMQ's Queue)
-   * @param {{ prefix?: string, defaultJobOptions?: Record<string, unknown>, table?: string }} [opts]
+   * @param {{ prefix?: string, defaultJobOptions?: Record<string, unknown>, table?: string,
+   *   connection?: unknown }} [opts]
    *   `prefix`: BullMQ's key prefix, default `bull`; the relay's `--namespace` must be it
    *   followed by `:` (see `namespace`). `defaultJobOptions`: merged under each job's options,
    *   as BullMQ merges them. `table`: the outbox table, the relay's `--table`, default
-   *   `pending_jobs`.
+   *   `pending_jobs`. `connection`: ignored (the relay connects to Redis).
    */
   constructor(name, opts = {}) {
     checkQueueName(name);
-    const { prefix = 'bull', defaultJobOptions = {}, table = 'pending_jobs', ...rest } = opts;
+    // `connection` is taken and not used, so that the options an app gives BullMQ's Queue (and
+    // its Workers) can be given here unchanged: the relay holds the Redis connection.
+    const { prefix = 'bull', defaultJobOptions = {}, table = 'pending_jobs', connection, ...rest } =
+      opts;
     const unknown = Object.keys(rest);
     if (unknown.length > 0) {
       throw new TypeError(
-        `OutboxQueue option ${JSON.stringify(unknown[0])} is not one of prefix, defaultJobOptions, table`,
+        `OutboxQueue option ${JSON.stringify(unknown[0])} is not one of prefix, ` +
+          'defaultJobOptions, table (and connection, which the relay uses instead)',
       );
     }
     checkPrefix(prefix);

@@ -148,3 +148,14 @@ test('options as BullMQ takes them: null or undefined for none, an object otherw
   assert.equal(JSON.parse(db.statements[1][1][1])[0].data, '{}');
   await assert.rejects(queue.add('send', {}, 'fast', db), /job options must be an object/);
 });
+
+test("the options given BullMQ's Queue fit: connection is taken and unused, others refused", () => {
+  const queue = new OutboxQueue('emails', { connection: CONNECTION, prefix: 'app' });
+  assert.equal(queue.namespace, 'app:');
+  assert.throws(() => new OutboxQueue('emails', { streams: { events: { maxLen: 10 } } }), {
+    name: 'TypeError',
+    message: /OutboxQueue option "streams" is not one of prefix, defaultJobOptions, table/,
+  });
+  assert.throws(() => new OutboxQueue('emails', { prefix: '' }), /prefix must be a non-empty/);
+  assert.throws(() => new OutboxQueue('emails', { table: 'a;b' }), /as the relay's --table/);
+});

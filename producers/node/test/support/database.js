@@ -18,14 +18,18 @@ async function admin(sql) {
   }
 }
 
-/** Creates and migrates a database; returns its URL and how to drop it. */
-export async function freshDatabase() {
+/**
+ * Creates and migrates a database (with `jobrelay migrate --table TABLE` for another outbox
+ * table); returns its URL and how to drop it.
+ * @param {string} [table]
+ */
+export async function freshDatabase(table) {
   relayBinary(); // built first, if it must be, before there is a database to leave behind
   const name = `jobrelay_node_${randomBytes(6).toString('hex')}`;
   await admin(`CREATE DATABASE ${name}`);
   const url = `${SERVER}/${name}`;
   try {
-    runRelay(['migrate'], { DATABASE_URL: url });
+    runRelay(table ? ['migrate', '--table', table] : ['migrate'], { DATABASE_URL: url });
   } catch (e) {
     await admin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     throw e;

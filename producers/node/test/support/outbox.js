@@ -17,10 +17,11 @@ import { startRelay } from './relay.js';
  *   opts: Record<string, unknown> }} Run
  */
 
-export async function startOutbox() {
-  const database = await freshDatabase();
+/** @param {{ table?: string }} [opts] another outbox table than pending_jobs */
+export async function startOutbox({ table } = {}) {
+  const database = await freshDatabase(table);
   const prefix = `jrnode${randomBytes(4).toString('hex')}`;
-  const relay = startRelay(database.url, `${prefix}:`);
+  const relay = startRelay(database.url, `${prefix}:`, table);
   const pool = new pg.Pool({ connectionString: database.url, max: 4 });
   const closers = [];
   const keep = (thing) => {

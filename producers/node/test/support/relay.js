@@ -38,13 +38,16 @@ export function runRelay(args, env) {
 }
 
 /**
- * Starts the relay daemon on `databaseUrl` with --layout bullmq and `namespace`.
+ * Starts the relay daemon on `databaseUrl` with --layout bullmq, `namespace` and `table`.
  * @returns {{ stop(): Promise<void>, log(): string }}
  */
-export function startRelay(databaseUrl, namespace) {
+export function startRelay(databaseUrl, namespace, table = 'pending_jobs') {
   const child = spawn(
     relayBinary(),
-    ['--layout', 'bullmq', '--namespace', namespace, '--http-addr', 'off', '--log-format', 'json'],
+    [
+      ...['--layout', 'bullmq', '--namespace', namespace, '--table', table],
+      ...['--http-addr', 'off', '--log-format', 'json'],
+    ],
     {
       env: { ...process.env, DATABASE_URL: databaseUrl, REDIS_URL: 'redis://127.0.0.1:6379' },
       stdio: ['ignore', 'pipe', 'pipe'],
