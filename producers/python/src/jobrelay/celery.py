@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from celery import signals
+
 from . import outbox
 from ._job import Job, args_kwargs_payload
 from .errors import JobError, Unsupported
@@ -66,8 +68,6 @@ def install(app: Any) -> None:
             f"task_protocol={app.conf.task_protocol}"
         )
     publish = amqp.send_task_message
-
-    from celery import signals
 
     @functools.wraps(publish)
     def send_task_message(producer: Any, name: str, message: Any, **options: Any) -> Any:
