@@ -249,3 +249,27 @@ def test_many_calls_in_bulk_are_one_insert(app: Celery, worker: Worker, django_d
     assert len(inserts) == 1
     for result in results:
         worker.wait_run(result.id)
+
+
+def test_the_django_settings_are_checked(django_db: Any) -> None:
+    from django.apps import apps
+    from django.core.exceptions import ImproperlyConfigured
+    from django.test import override_settings
+
+    config = apps.get_app_config("jobrelay")
+    with (
+        override_settings(JOBRELAY={"COLOUR": "blue"}),
+        pytest.raises(ImproperlyConfigured, match=r"unknown key.*COLOUR"),
+    ):
+        config.ready()
+    with (
+        override_settings(JOBRELAY={"OUTSIDE_TRANSACTION": "later"}),
+        pytest.raises(ImproperlyConfigured, match="outside_transaction must be one of"),
+    ):
+        config.ready()
+    with override_settings(JOBRELAY={"TABLE": "app.outbox", "OUTSIDE_TRANSACTION": "raise"}):
+        config.ready()
+    assert (jobrelay.outbox.settings().table, jobrelay.outbox.settings().outside_transaction) == (
+        "app.outbox",
+        "raise",
+    )
