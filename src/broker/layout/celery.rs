@@ -18,11 +18,17 @@
 //!   fixed, and a general JSON serializer spent more time than the rest of the relay's work
 //!   for the job.
 //! - Keys: the queue's list is `<ns><queue>` (priority 0, kombu's `_q_for_pri`: the queue name
-//!   itself); `--namespace` is kombu's `global_keyprefix` (empty for a stock worker). The
+//!   itself; a job whose `priority` option is 3 or more goes to kombu's list of its step,
+//!   `<ns><queue>\x06\x16<step>`, [`Layout::list_suffix`]); `--namespace` is kombu's
+//!   `global_keyprefix` (empty for a stock worker). The
 //!   relay writes no `_kombu.binding.*` set: a worker declares its own queues when it starts,
 //!   and a message published to the default (anonymous) exchange, as celery's client does for
 //!   a direct queue, is routed by its queue name, never through a binding.
 //! - The dedup marker `<ns>jobrelay:celery:<uuid>`, a key kombu and celery never read.
+//! - Job options (the row's `options`, [`options::OPTIONS`]): `expires`, `time_limit`,
+//!   `soft_time_limit`, `ignore_result`, `retries`, `shadow` and `priority`, by the names and
+//!   types of celery's `apply_async`, written where its client writes them (celery/options.rs);
+//!   a job without options gets the constant bytes of celery's defaults.
 //! - No flows (celery's chains and chords travel in the message body) and no scheduled set:
 //!   rows wait in the outbox until their `run_at` is due ([`ClaimNeeds::holds_until_due`]) and go
 //!   out without an ETA.
@@ -55,8 +61,8 @@ pub(super) struct Celery;
 const MARKER_INFIX: &str = "jobrelay:celery:";
 
 /// What one job adds to a call besides its message, the namespace (twice) and its queue name:
-/// the marker key's infix and uuid (52) and the framing of three bulk strings (5 each plus the
-/// digits of their lengths, at most 3, 3 and 10): 83.
+/// the marker key's infix and uuid (52), a priority list's suffix (3) and the framing of three
+/// bulk strings (5 each plus the digits of their lengths, at most 3, 3 and 10): 86.
 const ARGS_OVERHEAD: usize = 96;
 
 /// `origin` of every message (celery's client writes its node name, `gen<pid>@<host>`).

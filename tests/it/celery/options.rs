@@ -208,7 +208,9 @@ async fn celery_options_reach_the_task_and_the_worker_obeys_them(pool: PgPool) {
         .collect();
     let theirs = messages_of(&redis, "client");
     assert_eq!(theirs.len(), cases.len());
-    for (i, ((name, _, _, options), sent)) in cases.iter().zip(&baseline).enumerate().filter(|_| false) {
+    for (i, ((name, _, _, options), sent)) in
+        cases.iter().zip(&baseline).enumerate().filter(|_| false)
+    {
         let (uuid, created_at) = rows[i];
         let (our_step, our_text) = &ours[&uuid.to_string()];
         let (their_step, their_text) = &theirs[sent["id"].as_str().unwrap()];
@@ -302,7 +304,11 @@ async fn celery_options_reach_the_task_and_the_worker_obeys_them(pool: PgPool) {
         let r = state(name).await;
         assert_eq!(r["status"], "REVOKED", "{name}: {r}");
         assert_eq!(r["result"]["exc_type"], "TaskRevokedError", "{name}: {r}");
-        assert_eq!(r["result"]["exc_message"], json!(["expired"]), "{name}: {r}");
+        assert_eq!(
+            r["result"]["exc_message"],
+            json!(["expired"]),
+            "{name}: {r}"
+        );
     }
     for (name, exc) in [
         ("hard_limit", "TimeLimitExceeded"),
