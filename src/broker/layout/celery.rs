@@ -715,7 +715,7 @@ mod tests {
         );
         let mut j = with_options(json!({"expires": 1e12}));
         let r = CELERY.encode(&j, &mut Vec::new()).unwrap_err().0;
-        assert!(r.contains("year 9999"), "{r}");
+        assert!(r.contains("years 1..=9999"), "{r}");
         j.options = serde_json::from_value(json!({
             "expires": "2026-01-01T00:00:00Z", "time_limit": 2, "soft_time_limit": 2,
             "retries": 0, "priority": 9, "shadow": "s", "ignore_result": false

@@ -170,7 +170,7 @@ impl<'a> Opts<'a> {
                 Some(at.ok_or_else(|| {
                     Unfit(format!(
                         "option \"expires\" for the celery layout; {s} seconds after the row's \
-                         created_at is past the year 9999"
+                         created_at is outside the years 1..=9999 (Python's datetime)"
                     ))
                 })?)
             }
