@@ -199,14 +199,20 @@ impl Celery {
         json_str(&kwargsrepr, buf)?;
         buf.extend_from_slice(b",\"origin\":");
         json_str(ORIGIN, buf)?;
-        if opts.as_ref().is_some_and(|o| o.ignore_result) {
-            buf.extend_from_slice(b",\"ignore_result\":true");
-        } else {
-            buf.extend_from_slice(b",\"ignore_result\":false");
+        match &opts {
+            None => buf.extend_from_slice(
+                b",\"ignore_result\":false,\"replaced_task_nesting\":0,\"stamped_headers\":null,\
+                  \"stamps\":{}",
+            ),
+            Some(o) => {
+                let _ = write!(
+                    buf,
+                    ",\"ignore_result\":{},\"replaced_task_nesting\":0,\"stamped_headers\":null,\
+                     \"stamps\":{{}}",
+                    o.ignore_result
+                );
+            }
         }
-        buf.extend_from_slice(
-            b",\"replaced_task_nesting\":0,\"stamped_headers\":null,\"stamps\":{}",
-        );
         // The row's headers after celery's own (as `apply_async(headers=...)` adds them),
         // except celery's names.
         for (k, v) in &job.headers {
@@ -219,19 +225,30 @@ impl Celery {
         }
         buf.extend_from_slice(b"},\"properties\":{\"correlation_id\":\"");
         buf.extend_from_slice(id);
-        buf.extend_from_slice(b"\",\"reply_to\":\"\",\"delivery_mode\":2,");
-        if let Some(o) = &opts {
-            o.write_expiration(job, Utc::now(), buf)?;
-        }
-        buf.extend_from_slice(b"\"delivery_info\":{\"exchange\":\"\",\"routing_key\":");
-        json_str(&job.queue, buf)?;
         match &opts {
-            None => buf.extend_from_slice(b"},\"priority\":0"),
+            None => buf.extend_from_slice(
+                b"\",\"reply_to\":\"\",\"delivery_mode\":2,\
+                  \"delivery_info\":{\"exchange\":\"\",\"routing_key\":",
+            ),
             Some(o) => {
-                let _ = write!(buf, "}},\"priority\":{}", o.priority);
+                buf.extend_from_slice(b"\",\"reply_to\":\"\",\"delivery_mode\":2,");
+                o.write_expiration(job, Utc::now(), buf)?;
+                buf.extend_from_slice(b"\"delivery_info\":{\"exchange\":\"\",\"routing_key\":");
             }
         }
-        buf.extend_from_slice(b",\"body_encoding\":\"base64\",\"delivery_tag\":\"");
+        json_str(&job.queue, buf)?;
+        match &opts {
+            None => buf.extend_from_slice(
+                b"},\"priority\":0,\"body_encoding\":\"base64\",\"delivery_tag\":\"",
+            ),
+            Some(o) => {
+                let _ = write!(
+                    buf,
+                    "}},\"priority\":{},\"body_encoding\":\"base64\",\"delivery_tag\":\"",
+                    o.priority
+                );
+            }
+        }
         buf.extend_from_slice(tag);
         buf.extend_from_slice(b"\"}}");
         Ok(())
