@@ -191,17 +191,21 @@ for i = 1, n do
       local h = outcome == 1 and FIELDS_QUEUED or FIELDS_SCHEDULED
       h[2], h[4], h[22], h[24] = created, ARGV[b + 3], origin, desc
       local last = #h
-      local front, expire = false, nil
+      local front, expire
       if meta then
         h[last + 1], h[last + 2] = 'meta', meta
       elseif opts then
         front, expire = with_options(h, opts, outcome == 2)
       end
       redis.call('HSET', job_key, unpack(h))
-      if expire then redis.call('EXPIRE', job_key, expire) end
       -- The next job's fields go in the same table.
-      for k = #h, last + 1, -1 do h[k] = nil end
-      if opts then h[TIMEOUT_AT[h]] = '180' end
+      if opts then
+        if expire then redis.call('EXPIRE', job_key, expire) end
+        for k = #h, last + 1, -1 do h[k] = nil end
+        h[TIMEOUT_AT[h]] = '180'
+      else
+        h[last + 1], h[last + 2] = nil, nil
+      end
       if outcome == 2 then
         append(zadds, zadd_keys, key, score)
         append(zadds, zadd_keys, key, uuid)
