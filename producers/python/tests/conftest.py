@@ -1,5 +1,5 @@
 """Fixtures shared by the test modules: per module a fresh database (jobrelay's schema) and a
-private redis-server; per test, jobrelay's process-wide settings restored afterwards."""
+private redis-server; jobrelay's process-wide settings restored after each test and module."""
 
 from __future__ import annotations
 
@@ -25,11 +25,21 @@ def redis_url() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(autouse=True)
-def _restore_outbox_settings() -> Iterator[None]:
+def _restoring_outbox_settings() -> Iterator[None]:
     saved = copy.copy(outbox.settings())
     yield
     current = outbox.settings()
     current.transaction = saved.transaction
     current.table = saved.table
     current.outside_transaction = saved.outside_transaction
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _restore_outbox_settings_per_module() -> Iterator[None]:
+    # A module's Django app configures Django's connection, to a database dropped with it.
+    yield from _restoring_outbox_settings()
+
+
+@pytest.fixture(autouse=True)
+def _restore_outbox_settings() -> Iterator[None]:
+    yield from _restoring_outbox_settings()
