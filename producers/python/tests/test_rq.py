@@ -75,6 +75,25 @@ def test_commit_runs_each_job_once_with_its_args_and_kwargs(
     assert all(len(worker.runs_of(job.id)) == 1 for job in jobs)
 
 
+def test_enqueue_many_writes_every_job_inside_the_transaction(
+    queue: Queue, worker: Worker, database_url: str
+) -> None:
+    with psycopg.connect(database_url) as conn, jobrelay.using(conn):
+        jobs = queue.enqueue_many(
+            [
+                Queue.prepare_data(RECORD, ("many", 1), {"k": "v"}),
+                Queue.prepare_data(RECORD, ("many", 2), job_id=str(uuid.uuid4()), at_front=True),
+            ]
+        )
+        assert conn.execute("SELECT count(*) FROM pending_jobs").fetchone() == (2,)
+        assert queue.count == 0
+    runs = [worker.wait_run(job.id) for job in jobs]
+    assert [(r["args"], r["kwargs"]) for r in runs] == [
+        (["many", 1], {"k": "v"}),
+        (["many", 2], {}),
+    ]
+
+
 def test_rollbacks_and_rolled_back_savepoints_run_nothing(
     queue: Queue, worker: Worker, engine: sqlalchemy.Engine, database_url: str
 ) -> None:
