@@ -210,3 +210,11 @@ def test_before_task_publish_receivers_add_headers(app: Celery, database_url: st
         signals.before_task_publish.disconnect(add_traceparent)
     (row,) = rows(database_url)
     assert row["headers"] == {"traceparent": "00-from-the-signal-01"}
+
+
+def test_a_synchronous_rq_queue_runs_the_job_at_once(database_url: str, redis_url: str) -> None:
+    queue = Queue("sync", connection=Redis.from_url(redis_url), is_async=False)
+    with psycopg.connect(database_url) as conn, jobrelay.using(conn):
+        job = queue.enqueue("operator.add", 1, 2)
+        assert conn.execute("SELECT count(*) FROM pending_jobs").fetchone() == (0,)
+    assert job.return_value() == 3

@@ -46,7 +46,8 @@ class Queue(_Queue):
     def enqueue_job(
         self, job: _RqJob, pipeline: Any = None, at_front: bool = False, unique: bool = False
     ) -> _RqJob:
-        transaction = outbox.route()
+        # A synchronous queue (`is_async=False`, as in tests) runs the job now, as RQ does.
+        transaction = outbox.route() if self._is_async else None
         if transaction is None:
             return super().enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
         job.origin = self.name
@@ -57,7 +58,7 @@ class Queue(_Queue):
         self, job_datas: Iterable[EnqueueData], pipeline: Any = None, group_id: str | None = None
     ) -> list[_RqJob]:
         """RQ's `enqueue_many`: inside a transaction, every job in one `INSERT`."""
-        transaction = outbox.route()
+        transaction = outbox.route() if self._is_async else None
         if transaction is None:
             return super().enqueue_many(job_datas, pipeline=pipeline, group_id=group_id)
         if group_id is not None:
