@@ -9,10 +9,12 @@ Jobrelay.install
 
 # The jids the application's own client middleware saw (it runs after Jobrelay's).
 class SeenByMiddleware
-  SEEN = []
+  def self.seen
+    @seen ||= []
+  end
 
   def call(_job_class, job, _queue, _redis_pool)
-    SEEN << job["jid"]
+    self.class.seen << job["jid"]
     yield
   end
 end

@@ -14,7 +14,7 @@ module Jobrelay
 
     def initialize(mode: :transaction, record_class: ActiveRecord::Base, table: "pending_jobs")
       unless MODES.include?(mode)
-        raise ArgumentError, "Jobrelay.install mode: must be one of #{MODES.map(&:inspect).join(', ')}, " \
+        raise ArgumentError, "Jobrelay.install mode: must be one of #{MODES.map(&:inspect).join(", ")}, " \
                              "not #{mode.inspect}"
       end
       unless record_class.is_a?(Class) && record_class <= ActiveRecord::Base

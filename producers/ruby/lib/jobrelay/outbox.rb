@@ -34,7 +34,7 @@ module Jobrelay
 
       columns = rows.map(&:to_a).transpose
       binds = columns.each_with_index.map do |values, i|
-        encoded = ENCODERS[i == 4 || i == 5 ? :float : :text].encode(values)
+        encoded = ENCODERS[[4, 5].include?(i) ? :float : :text].encode(values)
         encoded.force_encoding(Encoding::UTF_8)
       end
       connection.exec_query(sql(table), "Jobrelay", binds)

@@ -17,7 +17,7 @@ module Jobrelay
     # - mode :always: that connection, checked out if need be.
     def connection_for(item)
       config = Jobrelay.configuration
-      return nil if config.nil? || testing? || item.key?("created_at") || item.key?(:created_at)
+      return nil if config.nil? || testing? || pushed_again?(item)
 
       record_class = config.record_class
       if config.mode == :always
@@ -26,6 +26,10 @@ module Jobrelay
         connection = record_class.connection
         connection if connection.transaction_open?
       end
+    end
+
+    def pushed_again?(item)
+      item.key?("created_at") || item.key?(:created_at)
     end
 
     def testing?

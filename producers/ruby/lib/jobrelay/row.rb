@@ -25,6 +25,19 @@ module Jobrelay
     # Keys Sidekiq writes when it retries a job; a new job cannot carry them.
     SET_BY_SIDEKIQ = %w[error_backtrace error_class error_message failed_at retried_at retry_count].freeze
 
+    # The options the sidekiq layout reads with a type of its own, what each must be, and
+    # the test (src/broker/layout/sidekiq.rs, OPTIONS); every other key passes as it is.
+    BOOLEAN = [true, false].freeze
+    COUNT = ->(v) { v.is_a?(Integer) && v >= 0 }
+    OPTION_TYPES = {
+      "retry" => ["true, false or an integer >= 0", ->(v) { BOOLEAN.include?(v) || COUNT.call(v) }],
+      "backtrace" => ["true, false or an integer >= 0", ->(v) { BOOLEAN.include?(v) || COUNT.call(v) }],
+      "dead" => ["true or false", ->(v) { BOOLEAN.include?(v) }],
+      "retry_for" => ["an integer >= 0", COUNT],
+      "tags" => ["an array of strings", ->(v) { v.is_a?(Array) && v.all? { |t| t.is_a?(String) || t.is_a?(Symbol) } }],
+      "retry_queue" => ["a queue name (1 to 128 characters of A-Za-z0-9_.:-)", ->(v) { QUEUE.match?(v.to_s) }]
+    }.freeze
+
     class << self
       # A new jid for a job bound for the outbox: a random (v4) uuid's 32 hexadecimal digits.
       def new_jid
@@ -34,62 +47,51 @@ module Jobrelay
       # The row of `job`, a job hash as Sidekiq's client hands it to Redis; raises
       # Jobrelay::InvalidJob naming what the relay would refuse.
       def from_job(job)
-        jid = job["jid"].to_s
-        unless JID.match?(jid) && jid != "0" * 32
-          raise InvalidJob, "jid #{jid.inspect}: a job written to jobrelay's outbox needs a jid of 32 " \
-                            "lower-case hexadecimal digits (its row's uuid, which the relay writes as the jid)"
-        end
-        queue = job["queue"].to_s
-        unless QUEUE.match?(queue)
-          raise InvalidJob, "queue #{queue.inspect}: jobrelay's outbox takes 1 to 128 characters of " \
-                            "A-Za-z0-9_.:- (#{job['class']})"
-        end
-        job_type = job["class"].to_s
-        unless job_type.length.between?(1, 256)
-          raise InvalidJob, "class #{job_type[0, 40].inspect}...: jobrelay's outbox takes a class name of 1 to 256 characters"
-        end
-
-        options = job.reject { |key, _| COLUMNS.include?(key) }
+        jid = check_jid(job["jid"].to_s)
+        job_type = check_class(job["class"].to_s)
+        queue = check_queue(job["queue"].to_s, job_type)
+        options = job.except(*COLUMNS)
         check_options(options, job_type)
         new(
-          uuid: "#{jid[0, 8]}-#{jid[8, 4]}-#{jid[12, 4]}-#{jid[16, 4]}-#{jid[20, 12]}",
-          queue: queue,
-          job_type: job_type,
-          payload: ::Sidekiq.dump_json(job["args"]),
-          run_at: job["at"]&.to_f,
-          created_at: job["created_at"]&.to_f,
-          options: ::Sidekiq.dump_json(options)
+          uuid: jid.unpack("a8a4a4a4a12").join("-"),
+          queue: queue, job_type: job_type, payload: ::Sidekiq.dump_json(job["args"]),
+          run_at: job["at"]&.to_f, created_at: job["created_at"]&.to_f, options: ::Sidekiq.dump_json(options)
         )
       end
 
       private
 
-      # The job options the sidekiq layout reads with a type of its own, as it checks them
-      # (src/broker/layout/sidekiq.rs, OPTIONS); every other key passes.
+      def check_jid(jid)
+        return jid if JID.match?(jid) && jid != "0" * 32
+
+        raise InvalidJob, "jid #{jid.inspect}: a job written to jobrelay's outbox needs a jid of 32 " \
+                          "lower-case hexadecimal digits (its row's uuid, which the relay writes as the jid)"
+      end
+
+      def check_class(job_type)
+        return job_type if job_type.length.between?(1, 256)
+
+        raise InvalidJob, "class #{job_type[0, 40].inspect}: jobrelay's outbox takes a class name of 1 to 256 " \
+                          "characters"
+      end
+
+      def check_queue(queue, job_type)
+        return queue if QUEUE.match?(queue)
+
+        raise InvalidJob, "queue #{queue.inspect} (#{job_type}): jobrelay's outbox takes 1 to 128 characters of " \
+                          "A-Za-z0-9_.:-"
+      end
+
       def check_options(options, job_type)
         options.each do |name, value|
           if SET_BY_SIDEKIQ.include?(name)
             raise InvalidJob, "option #{name.inspect} (#{job_type}): Sidekiq sets it itself when it retries a job"
           end
 
-          expected = option_type_error(name, value)
-          raise InvalidJob, "option #{name.inspect} (#{job_type}): must be #{expected}, not #{value.inspect}" if expected
-        end
-      end
+          expected, fits = OPTION_TYPES[name]
+          next if expected.nil? || fits.call(value)
 
-      def option_type_error(name, value)
-        count = value.is_a?(Integer) && value >= 0
-        case name
-        when "retry", "backtrace"
-          "true, false or an integer >= 0" unless [true, false].include?(value) || count
-        when "dead"
-          "true or false" unless [true, false].include?(value)
-        when "retry_for"
-          "an integer >= 0" unless count
-        when "tags"
-          "an array of strings" unless value.is_a?(Array) && value.all? { |t| t.is_a?(String) || t.is_a?(Symbol) }
-        when "retry_queue"
-          "a queue name (1 to 128 characters of A-Za-z0-9_.:-)" unless QUEUE.match?(value.to_s)
+          raise InvalidJob, "option #{name.inspect} (#{job_type}): must be #{expected}, not #{value.inspect}"
         end
       end
     end

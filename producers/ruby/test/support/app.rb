@@ -14,6 +14,7 @@ $LOAD_PATH.unshift(File.expand_path("../../lib", __dir__))
 require "jobrelay"
 
 # As Rails's GlobalID railtie does: models are GlobalID-locatable, under an app name.
+Redis.silence_deprecations = true
 ActiveRecord::Base.include(GlobalID::Identification)
 GlobalID.app = "jobrelay-test"
 ActiveJob::Base.queue_adapter = :sidekiq

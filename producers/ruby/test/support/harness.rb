@@ -23,19 +23,17 @@ class Harness
   # The relay binary: $JOBRELAY_BIN, else the debug build under $CARGO_TARGET_DIR (or the
   # repository's target/), built with `cargo build --bin jobrelay` if it is missing.
   def self.relay_binary
-    return ENV["JOBRELAY_BIN"] if ENV["JOBRELAY_BIN"].to_s != ""
+    return ENV.fetch("JOBRELAY_BIN", nil) if ENV["JOBRELAY_BIN"].to_s != ""
 
     path = File.join(ENV["CARGO_TARGET_DIR"] || File.join(ROOT, "target"), "debug", "jobrelay")
-    unless File.executable?(path)
-      system("cargo", "build", "--quiet", "--bin", "jobrelay", chdir: ROOT, exception: true)
-    end
+    system("cargo", "build", "--quiet", "--bin", "jobrelay", chdir: ROOT, exception: true) unless File.executable?(path)
     path
   end
 
   # Where databases are created and dropped: $DATABASE_URL (script/test's own database), else
   # the local server's `postgres`.
   def self.admin_url
-    ENV["DATABASE_URL"].to_s.empty? ? "postgres://postgres@127.0.0.1:5432/postgres" : ENV["DATABASE_URL"]
+    ENV["DATABASE_URL"].to_s.empty? ? "postgres://postgres@127.0.0.1:5432/postgres" : ENV.fetch("DATABASE_URL", nil)
   end
 
   def self.wait_until(what, deadline: 30)
@@ -43,7 +41,9 @@ class Harness
     loop do
       result = yield
       return result if result
-      raise "timed out after #{deadline} s waiting for #{what}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > limit
+      if Process.clock_gettime(Process::CLOCK_MONOTONIC) > limit
+        raise "timed out after #{deadline} s waiting for #{what}"
+      end
 
       sleep 0.05 # polling interval of a wait with a deadline
     end
@@ -109,7 +109,7 @@ class Harness
   def log_tail
     %w[relay worker].map do |name|
       path = File.join(@dir, "#{name}.log")
-      "#{name}: #{File.exist?(path) ? File.readlines(path).last(5).join.strip : '-'}"
+      "#{name}: #{File.exist?(path) ? File.readlines(path).last(5).join.strip : "-"}"
     end.join("; ")
   end
 
