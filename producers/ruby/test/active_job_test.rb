@@ -14,7 +14,9 @@ class ActiveJobTest < ServicesTest
     end
     assert_match(/\A\h{32}\z/, job.provider_job_id)
 
-    ran = harness.wait_for("active_job.log", 1).map(&:last).find { |r| r["job_id"] == job.job_id }
+    ran = Harness.wait_until("GreetJob #{job.job_id} to run (#{harness.log_tail})") do
+      harness.records("active_job.log").map(&:last).find { |r| r["job_id"] == job.job_id }
+    end
     assert_equal({ "thing_id" => thing.id, "thing_name" => "gadget", "greeting" => "hello",
                    "job_id" => job.job_id, "provider_job_id" => job.provider_job_id }, ran)
     wrapper = wait_for_runs([job.provider_job_id]).first.last
