@@ -55,11 +55,11 @@ class Harness
     @database = "jobrelay_rb_#{SecureRandom.hex(6)}"
   end
 
-  # Starts everything; returns self.
-  def start(worker: true)
+  # Starts everything (the benchmark leaves the relay and the worker out); returns self.
+  def start(relay: true, worker: true)
     create_database
     start_redis
-    start_relay
+    start_relay if relay
     start_worker if worker
     self
   rescue StandardError
