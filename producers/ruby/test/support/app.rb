@@ -86,3 +86,12 @@ class ThingMailer < ActionMailer::Base
     mail(to: "ops@example.test", subject: "made #{thing.name}", body: "thing #{thing.id} was made")
   end
 end
+
+# The job of docs/producers/rails.md's example (test/docs_test.rb runs the page's block).
+class ProcessThingJob
+  include Sidekiq::Worker
+
+  def perform(thing_id)
+    TestApp.record("things.log", "processed" => Thing.find(thing_id).name)
+  end
+end
