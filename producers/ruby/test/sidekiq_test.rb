@@ -141,6 +141,27 @@ class SidekiqTest < ServicesTest
     end
   end
 
+  # Sidekiq::Testing changes Sidekiq's client for the whole process, so this runs in Ruby
+  # processes of their own: under fake! a push inside a transaction lands in Job.jobs, as
+  # before, whether sidekiq/testing is loaded before Jobrelay.install or after.
+  def test_under_sidekiq_testing_jobs_stay_where_the_test_suite_looks
+    ["Jobrelay.install\nrequire \"sidekiq/testing\"", "require \"sidekiq/testing\"\nJobrelay.install"].each do |setup|
+      script = <<~RUBY
+        require_relative #{File.expand_path("support/app", __dir__).inspect}
+        TestApp.connect(database_url: #{harness.database_url.inspect}, redis_url: #{harness.redis_url.inspect},
+                        dir: #{harness.dir.inspect})
+        #{setup}
+        ActiveRecord::Base.transaction do
+          HardJob.perform_async("faked")
+          rows = ActiveRecord::Base.connection.select_value("SELECT count(*) FROM pending_jobs")
+          puts [HardJob.jobs.size, rows].join(" ")
+        end
+      RUBY
+      out = IO.popen(["ruby", "-e", script], err: %i[child out], &:read)
+      assert_equal "1 0", out.strip, setup
+    end
+  end
+
   private
 
   def assert_each_ran_once(jids)
