@@ -17,7 +17,7 @@ Gem::Specification.new do |spec|
   spec.authors = ["The jobrelay authors"]
   spec.licenses = ["MIT", "Apache-2.0"]
   spec.required_ruby_version = ">= 3.0"
-  spec.files = Dir["lib/**/*.rb"]
+  spec.files = Dir["lib/**/*.rb", "README.md"]
   spec.require_paths = ["lib"]
   spec.metadata["rubygems_mfa_required"] = "true"
 
