@@ -127,6 +127,21 @@ class SidekiqTest < ServicesTest
     Jobrelay.install
   end
 
+  def test_a_jid_given_twice_makes_one_job
+    jid = Jobrelay::Row.new_jid
+    2.times do
+      transaction do
+        assert_equal jid, Sidekiq::Client.push("class" => HardJob, "args" => ["given"], "jid" => jid)
+      end
+    end
+    wait_for_runs([jid])
+    Harness.wait_until("the outbox and the queue to be empty") do
+      pending_rows.zero? && harness.redis.llen("queue:default").zero?
+    end
+    assert harness.redis.exists?("jobrelay:sidekiq:#{jid.unpack("a8a4a4a4a12").join("-")}"), "the relay's marker"
+    assert_each_ran_once([jid])
+  end
+
   def test_a_job_the_relay_would_refuse_is_refused_at_the_call
     transaction do
       error = assert_raises(Jobrelay::InvalidJob) { HardJob.set(retry: "false").perform_async(1) }

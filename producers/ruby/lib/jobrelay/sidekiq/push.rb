@@ -3,8 +3,8 @@
 module Jobrelay
   module Sidekiq
     # One call of Sidekiq::Client#push or #push_bulk whose jobs go to the outbox: the
-    # connection that writes them and whether the caller gave the jid itself. Current for the
-    # call's duration (a thread-local, restored afterwards).
+    # connection that writes them and the jid the caller gave, if any. Current for the call's
+    # duration (a thread-local, restored afterwards).
     class Push
       KEY = :jobrelay_push
 
@@ -15,7 +15,7 @@ module Jobrelay
       def self.around(item)
         connection = Router.connection_for(item)
         previous = Thread.current[KEY]
-        Thread.current[KEY] = connection && new(connection, item.key?("jid") || item.key?(:jid))
+        Thread.current[KEY] = connection && new(connection, item["jid"] || item[:jid])
         yield
       ensure
         Thread.current[KEY] = previous
@@ -25,15 +25,18 @@ module Jobrelay
         Thread.current[KEY]
       end
 
-      def initialize(connection, explicit_jid)
+      def initialize(connection, given_jid)
         @connection = connection
-        @explicit_jid = explicit_jid
+        @given_jid = given_jid
       end
 
-      # Gives `job` the jid of its row: a new uuid's digits, unless the caller gave one (which
-      # Row.from_job then checks).
+      # Gives `job` the jid of its row, a new uuid's digits, unless it has one already: the jid
+      # the caller gave (which Row.from_job then checks) or one of a uuid's form.
       def assign_jid(job)
-        job["jid"] = Row.new_jid unless @explicit_jid || Row::JID.match?(job["jid"].to_s)
+        jid = job["jid"]
+        return if (@given_jid && jid == @given_jid) || Row::JID.match?(jid.to_s)
+
+        job["jid"] = Row.new_jid
       end
 
       # Writes the jobs Sidekiq would have pushed: one INSERT, or into the Jobrelay.bulk buffer.
