@@ -17,6 +17,7 @@ $LOAD_PATH.unshift(File.expand_path("../lib", __dir__))
 require_relative "../test/support/app"
 require_relative "../test/support/harness"
 
+$stdout.sync = true
 JOBS = Integer(ARGV[0] || 10_000)
 RUNS = Integer(ARGV[1] || 5)
 BATCH = 1000
