@@ -6,6 +6,14 @@ use jobrelay::LayoutKind;
 use super::support::env;
 use super::BoxError;
 
+/// `BENCH_OPTIONS` checked to be a JSON object, as compact text.
+fn options(text: &str) -> Result<String, BoxError> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(v @ serde_json::Value::Object(_)) => Ok(v.to_string()),
+        _ => Err(format!("BENCH_OPTIONS must be a JSON object, not {text:?}").into()),
+    }
+}
+
 /// What to run, and how big.
 pub struct Args {
     pub database_url: String,
@@ -24,6 +32,10 @@ pub struct Args {
     pub backlog_rows: usize,
     /// `BENCH_VACUUMED=1`: also the drain after `VACUUM (ANALYZE)` (labelled).
     pub vacuumed: bool,
+    /// `BENCH_OPTIONS`: the job options of every row the drains COPY, a JSON object the layout
+    /// carries (e.g. `{"retry":3,"backtrace":true,"tags":["billing"]}` with `BENCH_LAYOUT=sidekiq`);
+    /// default none (`{}`: the column's default, as rows without options). Compact JSON text.
+    pub options: String,
 }
 
 impl Args {
@@ -45,6 +57,7 @@ impl Args {
             layout: env::or("BENCH_LAYOUT", "jobrelay").parse()?,
             backlog_rows: env::num("BENCH_BACKLOG_ROWS", 1_000_000)?,
             vacuumed: env::or("BENCH_VACUUMED", "") == "1",
+            options: options(&env::or("BENCH_OPTIONS", "{}"))?,
         })
     }
 }

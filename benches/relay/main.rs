@@ -36,7 +36,9 @@
 //! SIGTERM). `BENCH_WORKERS` and `BENCH_BATCH_SIZE` override the relay defaults;
 //! `BENCH_LAYOUT=<layout>` (any `--layout` name) runs the relay in that layout (default
 //! `jobrelay`); where the layout's payloads are a job's arguments (`Payload::JsonArgs`) every
-//! payload is a JSON array of the same size.
+//! payload is a JSON array of the same size; `BENCH_OPTIONS=<JSON object>` gives every row of
+//! the drains those job options (which the layout must carry: e.g. with `BENCH_LAYOUT=sidekiq`,
+//! `{"retry":3,"backtrace":true,"tags":["billing"]}`).
 //!
 //! One file per stage: `drain.rs`, `stages.rs`, `naive.rs`, `latency.rs` (with the consumer of
 //! `consumer.rs`) and `notify_cost.rs`; the relay they run is `relay.rs`, the rows `rows.rs`,

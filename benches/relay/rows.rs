@@ -43,16 +43,25 @@ pub fn tiny_payload(layout: LayoutKind, otherwise: &'static str) -> &'static str
 }
 
 /// COPYs `n` rows in one transaction: 200-byte payloads, round-robin over 8 queues named
-/// `<prefix>0..7`. No ANALYZE: the statistics stay those of the empty table.
+/// `<prefix>0..7`, each with the job options `options` (JSON object text; `{}`: the column
+/// left to its default). No ANALYZE: the statistics stay those of the empty table.
 pub async fn copy_rows(
     sb: &Sandbox,
     layout: LayoutKind,
     n: usize,
     prefix: &str,
+    options: &str,
 ) -> Result<(), BoxError> {
     let mut conn = sb.pool.acquire().await?;
+    // COPY's text format: a backslash in the JSON is written doubled.
+    let options_field = (options != "{}").then(|| format!("\t{}", options.replace('\\', "\\\\")));
+    let columns = if options_field.is_some() {
+        "queue, job_type, payload, options"
+    } else {
+        "queue, job_type, payload"
+    };
     let mut copy = conn
-        .copy_in_raw("COPY pending_jobs (queue, job_type, payload) FROM STDIN")
+        .copy_in_raw(&format!("COPY pending_jobs ({columns}) FROM STDIN"))
         .await?;
     let mut buf = String::with_capacity(1 << 20);
     for i in 0..n {
@@ -61,8 +70,9 @@ pub async fn copy_rows(
             hex.push_str(&format!("{b:02x}"));
         }
         buf.push_str(&format!(
-            "{prefix}{}\tProcessThing\t\\\\x{hex}\n",
-            i % QUEUES
+            "{prefix}{}\tProcessThing\t\\\\x{hex}{}\n",
+            i % QUEUES,
+            options_field.as_deref().unwrap_or("")
         ));
         if buf.len() > (1 << 20) {
             copy.send(buf.as_bytes()).await?;

@@ -2,8 +2,9 @@
 -- for a job with a custom id (taskforcesh/bullmq 6.x src/commands/addStandardJob-9.lua and
 -- addDelayedJob-6.lua with includes/storeJob.lua, getOrSetMaxEvents.lua,
 -- isQueuePausedOrMaxed.lua, addJobInTargetList.lua, addBaseMarkerIfNeeded.lua, addDelayedJob.lua,
--- getDelayedScore.lua, addDelayMarkerIfNeeded.lua), for a batch of jobs in one atomic call, with
--- a dedup marker of jobrelay's own. Helpers: prelude.lua, prepended.
+-- getDelayedScore.lua, addDelayMarkerIfNeeded.lua; for a job of priority above 0,
+-- addPrioritizedJob-9.lua with addJobWithPriority.lua and getPriorityScore.lua), for a batch of
+-- jobs in one atomic call, with a dedup marker of jobrelay's own. Helpers: prelude.lua, prepended.
 --
 -- KEYS[1]  <ns>jobrelay:bullmq:marks:absent, a key never written: while a Cluster migrates the
 --          slot, a call declaring a key that exists on neither node is refused before it runs
@@ -17,20 +18,23 @@
 -- where route is "" for a job without run_at, else run_at in epoch milliseconds (rounded up),
 -- name is the job's name (job_type), data its JSON (the payload), and opts "" for a job without
 -- options (opts stored: {"jobId":..,"attempts":0}), else "F" or "L" (lifo: RPUSH to the wait
--- list's head, as BullMQ's addJobInTargetList) and the members opts holds after jobId and delay,
--- each with its leading comma (bullmq.rs, opts_arg).
+-- list's head, as BullMQ's addJobInTargetList), the priority's digits when above 0, and the
+-- members opts holds after jobId and delay, each with its leading comma (bullmq.rs, opts_arg).
 --
 -- Per job, as Queue.add with opts {jobId: <uuid>}:
 --   INCR <q>:id (BullMQ counts custom ids too; here one INCRBY per queue and call)
---   HMSET <q>:<uuid> name data opts timestamp delay priority
+--   HMSET <q>:<uuid> name data opts timestamp delay priority (0 unless given)
 --   XADD <q>:events * event added jobId <uuid> name <name>        (storeJob: not trimmed)
 --   run_at later than Redis's TIME (ms):
 --     ZADD <q>:delayed <score> <uuid> (getDelayedScore: run_at ms * 0x1000, + n within the ms)
 --     XADD <q>:events * event delayed jobId <uuid> delay <run_at ms>
 --     ZADD <q>:marker <next delayed ms> 1                                     (outcome 2)
+--   otherwise, for a priority above 0 (addPrioritizedJob, whatever lifo says):
+--     ZADD <q>:prioritized <priority * 2^32 + (INCR <q>:pc) % 2^32> <uuid>
 --   otherwise:
 --     LPUSH <q>:wait <uuid> (<q>:paused for a paused queue of BullMQ 5, whose meta's version
 --     says bullmq:5.; BullMQ 6 has no paused list)
+--   and for both:
 --     ZADD <q>:marker 0 0 unless the queue is paused or at its global concurrency
 --     XADD <q>:events * event waiting jobId <uuid>                           (outcome 1)
 --   and, per queue after its jobs, XTRIM <q>:events MAXLEN ~ <maxEvents> LIMIT 0: where BullMQ
@@ -85,6 +89,29 @@ local function queue_of(base)
   return q
 end
 
+-- A prioritized job's keys (<q>:prioritized, <q>:pc), looked at only when the call has a due job
+-- of priority above 0 for the queue: nil when they are fit, else why not.
+local function prioritized_refusal(q)
+  if q.prio_checked then return q.prio_refusal end
+  q.prio_checked = true
+  for _, k in ipairs({{'prioritized', 'zset'}, {'pc', 'string'}}) do
+    local key = q.base .. k[1]
+    local have = type_of(key)
+    if have ~= 'none' and have ~= k[2] then
+      q.prio_refusal = 'WRONGTYPE key ' .. key .. ' holds a ' .. have .. ', not a ' .. k[2]
+      return q.prio_refusal
+    end
+  end
+  if type_of(q.base .. 'pc') == 'string' then
+    local pc = redis.call('GET', q.base .. 'pc')
+    if not string.find(pc, '^%-?%d+$') then
+      q.prio_refusal = 'key ' .. q.base .. 'pc holds ' .. string.format('%q', string.sub(pc, 1, 40)) ..
+        ', not an integer (BullMQ\'s priority counter)'
+    end
+  end
+  return q.prio_refusal
+end
+
 local seen = {}
 local result = {}
 -- The accepted jobs, in order: their positions (1-based), and by position their queue and delay.
@@ -132,7 +159,6 @@ for i = 0, n - 1 do
       elseif have ~= 'none' then
         result[i + 1] = 'WRONGTYPE key ' .. job_key .. ' holds a ' .. have .. ', not a hash'
       else
-        seen[id] = true
         local delay = 0
         if route ~= '' then
           local at = tonumber(route)
@@ -141,14 +167,25 @@ for i = 0, n - 1 do
           end
           if at > now then delay = at - now end
         end
-        if q.jobs == nil then
-          q.jobs = 0
-          queue_order[#queue_order + 1] = q
+        -- A due job of priority above 0 (its opts start with the flag and a digit 1-9) goes to
+        -- the prioritized set: refused, with nothing written, if its keys are unfit.
+        local refusal = nil
+        if delay == 0 and string.find(ARGV[b + 5], '^%a[1-9]') then
+          refusal = prioritized_refusal(q)
         end
-        q.jobs = q.jobs + 1
-        accepted[#accepted + 1] = i + 1
-        queue_at[i + 1], delays[i + 1] = q, delay
-        result[i + 1] = delay > 0 and 2 or 1
+        if refusal then
+          result[i + 1] = refusal
+        else
+          seen[id] = true
+          if q.jobs == nil then
+            q.jobs = 0
+            queue_order[#queue_order + 1] = q
+          end
+          q.jobs = q.jobs + 1
+          accepted[#accepted + 1] = i + 1
+          queue_at[i + 1], delays[i + 1] = q, delay
+          result[i + 1] = delay > 0 and 2 or 1
+        end
       end
     end
   end
@@ -183,23 +220,25 @@ for _, j in ipairs(accepted) do
   local q, id, job_key, delay = queue_at[j], ids[j], job_keys[j], delays[j]
   -- Job j's arguments: ARGV[3 + FIELDS * (j - 1)] (uuid), then its route, name, data, opts.
   local name, data = ARGV[FIELDS * j], ARGV[FIELDS * j + 1]
-  local opts, lifo = ARGV[FIELDS * j + 2], false
+  local opts, lifo, priority = ARGV[FIELDS * j + 2], false, '0'
   if opts == '' then
     opts = ',"attempts":0'
   else
-    lifo = string.sub(opts, 1, 1) == 'L'
-    opts = string.sub(opts, 2)
+    local flag, digits, members = string.match(opts, '^(%a)(%d*)(.*)$')
+    lifo = flag == 'L'
+    if digits ~= '' then priority = digits end
+    opts = members
   end
   local events = q.events
   if delay > 0 then
     local d = string.format('%d', delay)
     redis.call('HMSET', job_key, 'name', name, 'data', data,
       'opts', '{"jobId":"' .. id .. '","delay":' .. d .. opts .. '}',
-      'timestamp', now_s, 'delay', d, 'priority', '0')
+      'timestamp', now_s, 'delay', d, 'priority', priority)
   else
     redis.call('HMSET', job_key, 'name', name, 'data', data,
       'opts', '{"jobId":"' .. id .. '"' .. opts .. '}',
-      'timestamp', now_s, 'delay', '0', 'priority', '0')
+      'timestamp', now_s, 'delay', '0', 'priority', priority)
   end
   redis.call('XADD', events, '*', 'event', 'added', 'jobId', id, 'name', name)
   if delay > 0 then
@@ -218,6 +257,13 @@ for _, j in ipairs(accepted) do
     redis.call('ZADD', delayed, score, id)
     redis.call('XADD', events, '*', 'event', 'delayed', 'jobId', id, 'delay', due)
     q.delayed = true
+  elseif priority ~= '0' then
+    -- addJobWithPriority: the score is a number, which Redis's Lua writes as BullMQ's does.
+    local counter = redis.call('INCR', q.base .. 'pc')
+    redis.call('ZADD', q.base .. 'prioritized',
+      tonumber(priority) * 0x100000000 + counter % 0x100000000, id)
+    q.pushed = true
+    redis.call('XADD', events, '*', 'event', 'waiting', 'jobId', id)
   else
     if lifo then
       redis.call('RPUSH', q.target, id)

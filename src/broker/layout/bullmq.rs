@@ -20,11 +20,12 @@
 //!   on completion (`removeOnComplete`) is a duplicate, where BullMQ's own duplicate-id check
 //!   (the job hash exists) would add it again.
 //! - Job options (the row's `options`, [`OPTIONS`]): `attempts`, `backoff`, `removeOnComplete`,
-//!   `removeOnFail`, `lifo`, `keepLogs`, `stackTraceLimit`, by BullMQ's names and types, stored
-//!   in the job's `opts` as `Queue.add` stores them (`backoff` given as a number becomes
-//!   `{"type":"fixed","delay":n}`, `keepLogs` is stored as `kl`); a `lifo` job goes to the
-//!   wait list's head. `priority` is refused: a prioritized job lives in the queue's
-//!   `prioritized` set, which this layout does not write.
+//!   `removeOnFail`, `lifo`, `keepLogs`, `stackTraceLimit`, `priority`, by BullMQ's names and
+//!   types, stored in the job's `opts` as `Queue.add` stores them (`backoff` given as a number
+//!   becomes `{"type":"fixed","delay":n}`, `keepLogs` is stored as `kl`); a `lifo` job goes to
+//!   the wait list's head; a job of `priority` above 0 that is due goes to the queue's
+//!   `prioritized` set as `addPrioritizedJob` adds it (a delayed one keeps its priority in its
+//!   hash, where BullMQ's promotion reads it).
 //! - No flows: BullMQ's parent waits for its children (the reverse of a jobrelay parent), so a
 //!   row naming a parent or predecessor is [`Unfit`]. Headers have no place in a BullMQ job and
 //!   are not written.
@@ -61,7 +62,7 @@ const ARGS_OVERHEAD: usize = 144;
 
 /// The job options BullMQ's `Queue.add` takes that this layout carries, by their names
 /// (`JobsOptions`, src/types/job-options.ts), and what each must be.
-pub(crate) const OPTIONS: [&str; 7] = [
+pub(crate) const OPTIONS: [&str; 8] = [
     "attempts",
     "backoff",
     "removeOnComplete",
@@ -69,7 +70,12 @@ pub(crate) const OPTIONS: [&str; 7] = [
     "lifo",
     "keepLogs",
     "stackTraceLimit",
+    "priority",
 ];
+
+/// The highest `priority` BullMQ takes (src/classes/job.ts `PRIORITY_LIMIT`, 2^21 - 1): a
+/// prioritized job's score is its priority times 2^32 plus a counter, exact in a double.
+const PRIORITY_LIMIT: u64 = (1 << 21) - 1;
 
 /// Whether `v` is an integer >= 0.
 fn count(v: &Value) -> bool {
@@ -99,6 +105,10 @@ fn misfit(name: &str, value: &Value) -> Option<&'static str> {
     let (fits, what) = match name {
         "attempts" | "keepLogs" | "stackTraceLimit" => (count(value), "an integer >= 0"),
         "lifo" => (value.is_boolean(), "true or false"),
+        "priority" => (
+            value.as_u64().is_some_and(|p| p <= PRIORITY_LIMIT),
+            "an integer from 0 to 2097151 (BullMQ's PRIORITY_LIMIT; 0: none)",
+        ),
         "removeOnComplete" | "removeOnFail" => (
             keep_jobs(value),
             "true, false, an integer >= 0 or {\"age\": seconds, \"count\": n}",
@@ -124,16 +134,8 @@ fn misfit(name: &str, value: &Value) -> Option<&'static str> {
     (!fits).then_some(what)
 }
 
-/// Refuses `priority` (with why), names not in [`OPTIONS`], and values of the wrong type.
+/// Refuses names not in [`OPTIONS`], and values of the wrong type.
 fn check_options(options: &Options) -> Result<(), Unfit> {
-    if options.contains_key("priority") {
-        return Err(Unfit(
-            "option \"priority\" for the bullmq layout; not carried: BullMQ keeps a \
-             prioritized job in the queue's prioritized set (Queue.add's addPrioritizedJob), \
-             which this layout does not write yet"
-                .to_owned(),
-        ));
-    }
     super::refuse_unknown_options("bullmq", &OPTIONS, options)?;
     for (name, value) in options {
         if let Some(what) = misfit(name, value) {
@@ -146,8 +148,9 @@ fn check_options(options: &Options) -> Result<(), Unfit> {
 }
 
 /// The script's `opts` argument for a job's (checked) options: empty without options (the
-/// script then stores `"attempts":0`, as `Queue.add`), else `F` or `L` (`lifo`) followed by the
-/// members `opts` gets after `jobId` and `delay`, each with its leading comma, as `Queue.add`
+/// script then stores `"attempts":0`, as `Queue.add`), else `F` or `L` (`lifo`), the
+/// `priority` when above 0 (its digits), then the members `opts` gets after `jobId` and
+/// `delay`, each with its leading comma, as `Queue.add`
 /// stores them: `attempts` (0 unless given), `backoff` normalized (a number `n` is
 /// `{"type":"fixed","delay":n}`, BullMQ's `Backoffs.normalize`), `keepLogs` as `kl`
 /// (`optsEncodeMap`), the others as given.
@@ -158,6 +161,11 @@ fn opts_arg(options: &Options, out: &mut String) {
     }
     let lifo = options.get("lifo") == Some(&Value::Bool(true));
     out.push(if lifo { 'L' } else { 'F' });
+    if let Some(priority) = options.get("priority").and_then(Value::as_u64) {
+        if priority > 0 {
+            let _ = write!(out, "{priority}");
+        }
+    }
     if !options.contains_key("attempts") {
         out.push_str(",\"attempts\":0");
     }
@@ -404,21 +412,20 @@ mod tests {
         assert_eq!(out, "L,\"attempts\":3,\"lifo\":true");
         opts_arg(&options(json!({"lifo": false})), &mut out);
         assert!(out.starts_with("F,"), "{out}");
+        // A priority above 0 follows the flag, and stays a member of opts; 0 is no priority.
+        opts_arg(&options(json!({"priority": 2097151})), &mut out);
+        assert_eq!(out, "F2097151,\"attempts\":0,\"priority\":2097151");
+        opts_arg(&options(json!({"priority": 0, "lifo": true})), &mut out);
+        assert_eq!(out, "L,\"attempts\":0,\"lifo\":true,\"priority\":0");
     }
 
-    /// Names BullMQ does not take, `priority`, and values of the wrong type are refused,
-    /// naming the option.
+    /// Names BullMQ does not take and values of the wrong type are refused, naming the option.
     #[test]
-    fn refuses_unknown_options_priority_and_wrong_types() {
+    fn refuses_unknown_options_and_wrong_types() {
         let refusal = |json| BULLMQ.check_options(&options(json)).unwrap_err().0;
         let r = refusal(json!({"jobId": "x"}));
         assert!(
             r.starts_with("unknown option \"jobId\" for the bullmq layout; known: attempts"),
-            "{r}"
-        );
-        let r = refusal(json!({"priority": 1}));
-        assert!(
-            r.starts_with("option \"priority\" for the bullmq layout; not carried"),
             "{r}"
         );
         for (json, name) in [
@@ -439,6 +446,9 @@ mod tests {
             (json!({"lifo": 1}), "lifo"),
             (json!({"keepLogs": true}), "keepLogs"),
             (json!({"stackTraceLimit": 0.5}), "stackTraceLimit"),
+            (json!({"priority": 2097152}), "priority"),
+            (json!({"priority": -1}), "priority"),
+            (json!({"priority": 1.5}), "priority"),
         ] {
             let r = refusal(json.clone());
             assert!(
@@ -451,7 +461,7 @@ mod tests {
         let fine = options(json!({
             "attempts": 3, "backoff": {"type": "exponential", "delay": 1000, "jitter": 0.5},
             "removeOnComplete": true, "removeOnFail": {"age": 3600, "count": 100}, "lifo": false,
-            "keepLogs": 10, "stackTraceLimit": 0,
+            "keepLogs": 10, "stackTraceLimit": 0, "priority": 2097151,
         }));
         assert!(BULLMQ.check_options(&fine).is_ok());
     }

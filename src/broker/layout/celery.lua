@@ -4,8 +4,9 @@
 -- them: the markers of the new jobs are written, and the messages of duplicates are taken back
 -- out. No message passes through Lua. Helpers: prelude.lua, prepended.
 --
--- KEYS     2 per job: marker key (<ns>jobrelay:celery:<uuid>), the queue's list (<ns><queue>,
---          kombu's list for priority 0) (declared for a Redis Cluster's routing, as in
+-- KEYS     2 per job: marker key (<ns>jobrelay:celery:<uuid>), the list its message went to
+--          (<ns><queue>, kombu's list for priority 0, or <ns><queue>\x06\x16<step> for the
+--          job's priority option) (declared for a Redis Cluster's routing, as in
 --          jobrelay.lua; celery's Redis transport itself has no Cluster support)
 -- ARGV[1]  key namespace (kombu's global_keyprefix; empty for a stock worker)
 -- ARGV[2]  dedup marker TTL in milliseconds ("0": the marker never expires)

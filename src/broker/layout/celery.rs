@@ -18,15 +18,22 @@
 //!   fixed, and a general JSON serializer spent more time than the rest of the relay's work
 //!   for the job.
 //! - Keys: the queue's list is `<ns><queue>` (priority 0, kombu's `_q_for_pri`: the queue name
-//!   itself); `--namespace` is kombu's `global_keyprefix` (empty for a stock worker). The
+//!   itself; a job whose `priority` option is 3 or more goes to kombu's list of its step,
+//!   `<ns><queue>\x06\x16<step>`, [`Layout::list_suffix`]); `--namespace` is kombu's
+//!   `global_keyprefix` (empty for a stock worker). The
 //!   relay writes no `_kombu.binding.*` set: a worker declares its own queues when it starts,
 //!   and a message published to the default (anonymous) exchange, as celery's client does for
 //!   a direct queue, is routed by its queue name, never through a binding.
 //! - The dedup marker `<ns>jobrelay:celery:<uuid>`, a key kombu and celery never read.
+//! - Job options (the row's `options`, [`options::OPTIONS`]): `expires`, `time_limit`,
+//!   `soft_time_limit`, `ignore_result`, `retries`, `shadow` and `priority`, by the names and
+//!   types of celery's `apply_async`, written where its client writes them (celery/options.rs);
+//!   a job without options gets the constant bytes of celery's defaults.
 //! - No flows (celery's chains and chords travel in the message body) and no scheduled set:
 //!   rows wait in the outbox until their `run_at` is due ([`ClaimNeeds::holds_until_due`]) and go
 //!   out without an ETA.
 
+mod options;
 #[cfg(feature = "daemon")]
 mod peek;
 mod saferepr;
@@ -37,10 +44,11 @@ use base64::write::EncoderWriter;
 use chrono::{SecondsFormat, Utc};
 use uuid::Uuid;
 
+use self::options::Opts;
 use self::saferepr::saferepr;
 use super::args_kwargs::split_payload;
 use super::{push_keys, ClaimNeeds, Layout, LayoutKind, Payload, Unfit};
-use crate::job::Job;
+use crate::job::{Job, Options};
 
 /// The layout.
 pub(super) static CELERY: Celery = Celery;
@@ -53,8 +61,8 @@ pub(super) struct Celery;
 const MARKER_INFIX: &str = "jobrelay:celery:";
 
 /// What one job adds to a call besides its message, the namespace (twice) and its queue name:
-/// the marker key's infix and uuid (52) and the framing of three bulk strings (5 each plus the
-/// digits of their lengths, at most 3, 3 and 10): 83.
+/// the marker key's infix and uuid (52), a priority list's suffix (3) and the framing of three
+/// bulk strings (5 each plus the digits of their lengths, at most 3, 3 and 10): 86.
 const ARGS_OVERHEAD: usize = 96;
 
 /// `origin` of every message (celery's client writes its node name, `gen<pid>@<host>`).
@@ -124,6 +132,12 @@ impl Celery {
             ));
         }
         let (args, kwargs) = split_payload(&job.payload, SHAPE)?;
+        // Most jobs have no options: their message is the constant bytes below.
+        let opts = if job.options.is_empty() {
+            None
+        } else {
+            Some(Opts::of(&job.options)?)
+        };
         let mut argsrepr = String::with_capacity(args.len().min(1100));
         if is_empty_array(args) {
             // as_task_v2's `args or ()`: no args show as an empty tuple.
@@ -146,7 +160,14 @@ impl Celery {
         json_str(&job.job_type, buf)?;
         buf.extend_from_slice(b",\"id\":\"");
         buf.extend_from_slice(id);
-        buf.extend_from_slice(b"\",\"shadow\":null,\"eta\":");
+        match &opts {
+            None => buf.extend_from_slice(b"\",\"shadow\":null,\"eta\":"),
+            Some(o) => {
+                buf.extend_from_slice(b"\",\"shadow\":");
+                o.write_shadow(buf)?;
+                buf.extend_from_slice(b",\"eta\":");
+            }
+        }
         // The relay holds a row until it is due, so its job goes out without an ETA. A job
         // given to the enqueuer directly (or a clock behind the database's) with a run_at
         // still ahead carries it as celery's own client would (`apply_async(eta=...)`).
@@ -154,10 +175,23 @@ impl Celery {
             Some(t) => json_str(&t.to_rfc3339_opts(SecondsFormat::Micros, false), buf)?,
             None => buf.extend_from_slice(b"null"),
         }
-        buf.extend_from_slice(
-            b",\"expires\":null,\"group\":null,\"group_index\":null,\"retries\":0,\
-              \"timelimit\":[null,null],\"root_id\":\"",
-        );
+        match &opts {
+            None => buf.extend_from_slice(
+                b",\"expires\":null,\"group\":null,\"group_index\":null,\"retries\":0,\
+                  \"timelimit\":[null,null],\"root_id\":\"",
+            ),
+            Some(o) => {
+                buf.extend_from_slice(b",\"expires\":");
+                o.write_expires(job, buf)?;
+                let _ = write!(
+                    buf,
+                    ",\"group\":null,\"group_index\":null,\"retries\":{},\"timelimit\":",
+                    o.retries
+                );
+                o.write_timelimit(buf);
+                buf.extend_from_slice(b",\"root_id\":\"");
+            }
+        }
         buf.extend_from_slice(id);
         buf.extend_from_slice(b"\",\"parent_id\":null,\"argsrepr\":");
         json_str(&argsrepr, buf)?;
@@ -165,10 +199,20 @@ impl Celery {
         json_str(&kwargsrepr, buf)?;
         buf.extend_from_slice(b",\"origin\":");
         json_str(ORIGIN, buf)?;
-        buf.extend_from_slice(
-            b",\"ignore_result\":false,\"replaced_task_nesting\":0,\"stamped_headers\":null,\
-              \"stamps\":{}",
-        );
+        match &opts {
+            None => buf.extend_from_slice(
+                b",\"ignore_result\":false,\"replaced_task_nesting\":0,\"stamped_headers\":null,\
+                  \"stamps\":{}",
+            ),
+            Some(o) => {
+                let _ = write!(
+                    buf,
+                    ",\"ignore_result\":{},\"replaced_task_nesting\":0,\"stamped_headers\":null,\
+                     \"stamps\":{{}}",
+                    o.ignore_result
+                );
+            }
+        }
         // The row's headers after celery's own (as `apply_async(headers=...)` adds them),
         // except celery's names.
         for (k, v) in &job.headers {
@@ -181,12 +225,30 @@ impl Celery {
         }
         buf.extend_from_slice(b"},\"properties\":{\"correlation_id\":\"");
         buf.extend_from_slice(id);
-        buf.extend_from_slice(
-            b"\",\"reply_to\":\"\",\"delivery_mode\":2,\
-              \"delivery_info\":{\"exchange\":\"\",\"routing_key\":",
-        );
+        match &opts {
+            None => buf.extend_from_slice(
+                b"\",\"reply_to\":\"\",\"delivery_mode\":2,\
+                  \"delivery_info\":{\"exchange\":\"\",\"routing_key\":",
+            ),
+            Some(o) => {
+                buf.extend_from_slice(b"\",\"reply_to\":\"\",\"delivery_mode\":2,");
+                o.write_expiration(job, Utc::now(), buf)?;
+                buf.extend_from_slice(b"\"delivery_info\":{\"exchange\":\"\",\"routing_key\":");
+            }
+        }
         json_str(&job.queue, buf)?;
-        buf.extend_from_slice(b"},\"priority\":0,\"body_encoding\":\"base64\",\"delivery_tag\":\"");
+        match &opts {
+            None => buf.extend_from_slice(
+                b"},\"priority\":0,\"body_encoding\":\"base64\",\"delivery_tag\":\"",
+            ),
+            Some(o) => {
+                let _ = write!(
+                    buf,
+                    "}},\"priority\":{},\"body_encoding\":\"base64\",\"delivery_tag\":\"",
+                    o.priority
+                );
+            }
+        }
         buf.extend_from_slice(tag);
         buf.extend_from_slice(b"\"}}");
         Ok(())
@@ -275,6 +337,23 @@ impl Layout for Celery {
 
     fn script(&self) -> &'static str {
         concat!(include_str!("prelude.lua"), include_str!("celery.lua"))
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        &options::OPTIONS
+    }
+
+    /// Refuses an unknown option, one of another type, and `soft_time_limit` above
+    /// `time_limit` (docs/layouts/celery.md#job-options).
+    fn check_options(&self, options: &Options) -> std::result::Result<(), Unfit> {
+        Opts::of(options).map(|_| ())
+    }
+
+    /// kombu's list of the job's `priority` (`<queue>\x06\x16<step>`), empty for the queue's
+    /// own.
+    fn list_suffix(&self, job: &Job) -> &'static str {
+        let priority = job.options.get("priority").and_then(|p| p.as_u64());
+        options::list_suffix(priority.unwrap_or(0))
     }
 
     /// The envelope, with a fresh random delivery tag (kombu's `uuid()`).
@@ -472,6 +551,194 @@ mod tests {
             envelope(&j).1["headers"]["eta"],
             "2100-01-01T00:00:00.123456+00:00"
         );
+    }
+
+    fn with_options(options: Value) -> Job {
+        Job {
+            options: serde_json::from_value(options).unwrap(),
+            ..job("[1]")
+        }
+    }
+
+    /// What celery's client writes for `apply_async(args=[1], queue="emails", expires=30,
+    /// time_limit=5, soft_time_limit=2.5, ignore_result=True, retries=3, shadow="welcome 7",
+    /// priority=5)` called at the row's created_at: the headers in their places, `expiration`
+    /// after `delivery_mode`, and kombu's list of priority 3.
+    #[test]
+    fn writes_options_as_celery_writes() {
+        let j = with_options(json!({
+            "expires": 30, "time_limit": 5, "soft_time_limit": 2.5, "ignore_result": true,
+            "retries": 3, "shadow": "welcome 7", "priority": 5
+        }));
+        CELERY.check_options(&j.options).unwrap();
+        let (text, v) = envelope(&j);
+        let (_, plain) = envelope(&job("[1]"));
+        let h = &v["headers"];
+        // created_at is epoch second 1,700,000,000; 30 s later.
+        assert_eq!(h["expires"], "2023-11-14T22:13:50+00:00", "{text}");
+        assert_eq!(h["timelimit"], json!([5, 2.5]));
+        assert_eq!(
+            (&h["ignore_result"], &h["retries"], &h["shadow"]),
+            (&json!(true), &json!(3), &json!("welcome 7"))
+        );
+        let p = &v["properties"];
+        assert_eq!((&p["priority"], &p["expiration"]), (&json!(5), &json!("0")));
+        // Nothing else differs from the message without options.
+        let mut v = v.clone();
+        for k in ["expires", "timelimit", "ignore_result", "retries", "shadow"] {
+            v["headers"][k] = plain["headers"][k].clone();
+        }
+        v["properties"]["priority"] = json!(0);
+        v["properties"]
+            .as_object_mut()
+            .unwrap()
+            .remove("expiration");
+        assert_eq!(v, plain);
+        let order = [
+            "\"shadow\"",
+            "\"expires\"",
+            "\"retries\"",
+            "\"timelimit\"",
+            "\"ignore_result\"",
+            "\"delivery_mode\"",
+            "\"expiration\"",
+            "\"delivery_info\"",
+            "\"priority\"",
+        ];
+        let at: Vec<usize> = order.iter().map(|k| text.find(k).unwrap()).collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{text}");
+        // kombu's _q_for_pri: the highest of the steps 0, 3, 6, 9 not above the priority.
+        assert_eq!(CELERY.list_suffix(&j), "\x06\x163");
+        let mut keys = String::new();
+        let at = super::super::job_keys(&CELERY, "app1:", &j, &mut keys);
+        assert_eq!(&keys[at..], "app1:emails\x06\x163");
+        for (p, suffix) in [
+            (0, ""),
+            (2, ""),
+            (3, "\x06\x163"),
+            (8, "\x06\x166"),
+            (9, "\x06\x169"),
+        ] {
+            assert_eq!(
+                CELERY.list_suffix(&with_options(json!({"priority": p}))),
+                suffix
+            );
+        }
+        assert_eq!(CELERY.list_suffix(&with_options(json!({"retries": 1}))), "");
+    }
+
+    /// `expires` as seconds counts from created_at, to the microsecond, written as Python's
+    /// isoformat; a string is written as given; `expiration` is what is left at the push.
+    #[test]
+    fn expires_as_seconds_or_a_date() {
+        let mut j = with_options(json!({"expires": 0.25}));
+        assert_eq!(
+            envelope(&j).1["headers"]["expires"],
+            "2023-11-14T22:13:20.250000+00:00"
+        );
+        // Postgres keeps microseconds.
+        j.created_at = DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).unwrap();
+        let before = Utc::now();
+        j.options = serde_json::from_value(json!({"expires": 3600.5})).unwrap();
+        let (_, v) = envelope(&j);
+        let ms: i64 = v["properties"]["expiration"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let elapsed = (Utc::now() - before).num_milliseconds();
+        assert!((3_600_500 - elapsed - 1..=3_600_500).contains(&ms), "{ms}");
+        let at = chrono::DateTime::parse_from_rfc3339(v["headers"]["expires"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(
+            at,
+            j.created_at + chrono::TimeDelta::microseconds(3_600_500_000)
+        );
+        j.options =
+            serde_json::from_value(json!({"expires": "2100-01-01T01:00:00+01:00"})).unwrap();
+        let (_, v) = envelope(&j);
+        assert_eq!(v["headers"]["expires"], "2100-01-01T01:00:00+01:00");
+        let ms: i64 = v["properties"]["expiration"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let want =
+            (DateTime::from_timestamp(4_102_444_800, 0).unwrap() - Utc::now()).num_milliseconds();
+        assert!((want - 1000..=want + 1000).contains(&ms), "{ms} {want}");
+        j.options = serde_json::from_value(json!({"expires": -10})).unwrap();
+        let (_, v) = envelope(&j);
+        assert_eq!(
+            v["properties"]["expiration"], "0",
+            "past: 0, as celery's client"
+        );
+    }
+
+    /// Options at celery's defaults write the message without options, byte for byte.
+    #[test]
+    fn options_at_their_defaults_change_nothing() {
+        let mut tag = Vec::new();
+        Celery::envelope(&job("[1]"), TAG.parse().unwrap(), &mut tag).unwrap();
+        let mut with = Vec::new();
+        let j = with_options(json!({"priority": 0, "retries": 0, "ignore_result": false}));
+        Celery::envelope(&j, TAG.parse().unwrap(), &mut with).unwrap();
+        assert_eq!(
+            String::from_utf8(with).unwrap(),
+            String::from_utf8(tag).unwrap()
+        );
+    }
+
+    /// Unknown names and values of another type are refused, naming the option and the layout.
+    #[test]
+    fn refuses_unknown_options_and_wrong_types() {
+        let refusal = |options: Value| {
+            let options: Options = serde_json::from_value(options).unwrap();
+            CELERY.check_options(&options).unwrap_err().0
+        };
+        let r = refusal(json!({"countdown": 5}));
+        assert!(
+            r.starts_with("unknown option \"countdown\" for the celery layout; known: expires, "),
+            "{r}"
+        );
+        for (options, name) in [
+            (json!({"expires": "tomorrow"}), "expires"),
+            (json!({"expires": "2026-01-01T00:00:00"}), "expires"),
+            (json!({"expires": true}), "expires"),
+            (json!({"time_limit": "5"}), "time_limit"),
+            (json!({"time_limit": -1}), "time_limit"),
+            (json!({"soft_time_limit": null}), "soft_time_limit"),
+            (json!({"ignore_result": 1}), "ignore_result"),
+            (json!({"retries": -1}), "retries"),
+            (json!({"retries": 1.5}), "retries"),
+            (json!({"shadow": ""}), "shadow"),
+            (json!({"shadow": 7}), "shadow"),
+            (json!({"priority": 10}), "priority"),
+            (json!({"priority": "high"}), "priority"),
+        ] {
+            let r = refusal(options.clone());
+            assert!(
+                r.starts_with(&format!(
+                    "option \"{name}\" for the celery layout; must be "
+                )),
+                "{options}: {r}"
+            );
+        }
+        let r = refusal(json!({"time_limit": 2, "soft_time_limit": 3}));
+        assert!(
+            r.starts_with(
+                "option \"soft_time_limit\" for the celery layout; must be at most time_limit"
+            ),
+            "{r}"
+        );
+        let mut j = with_options(json!({"expires": 1e12}));
+        let r = CELERY.encode(&j, &mut Vec::new()).unwrap_err().0;
+        assert!(r.contains("years 1..=9999"), "{r}");
+        j.options = serde_json::from_value(json!({
+            "expires": "2026-01-01T00:00:00Z", "time_limit": 2, "soft_time_limit": 2,
+            "retries": 0, "priority": 9, "shadow": "s", "ignore_result": false
+        }))
+        .unwrap();
+        assert!(CELERY.check_options(&j.options).is_ok());
     }
 
     #[test]

@@ -224,6 +224,17 @@ pub trait Layout: Send + Sync + fmt::Debug {
         ""
     }
 
+    /// What follows the queue list's key in the key of the list a job with options goes to,
+    /// when its options choose another list than the queue's own (kombu's list of a message
+    /// priority, `<queue>\x06\x16<step>`); empty by default. Asked only for a job whose
+    /// options are not empty (its options checked): a job without options goes to its queue's
+    /// list. For a layout whose messages go by `LPUSH` ([`Layout::lpushes_messages`]) or whose
+    /// script takes the list's key as it is.
+    fn list_suffix(&self, job: &Job) -> &'static str {
+        let _ = job;
+        ""
+    }
+
     /// The queue list's key: `<namespace><queue infix><queue><queue suffix>`.
     fn queue_key(&self, namespace: &str, queue: &str) -> String {
         format!(
@@ -290,7 +301,8 @@ pub(crate) fn push_queue_key(
 }
 
 /// Appends a job's two keys to `out`, its marker key then its queue key, as `layout` names
-/// them (what [`push_keys`] declares); returns where the queue key begins.
+/// them (what [`push_keys`] declares; the queue key followed by [`Layout::list_suffix`] for a
+/// job with options); returns where the queue key begins.
 pub(crate) fn job_keys(layout: &dyn Layout, namespace: &str, job: &Job, out: &mut String) -> usize {
     let mut uuid = Uuid::encode_buffer();
     out.push_str(namespace);
@@ -298,6 +310,9 @@ pub(crate) fn job_keys(layout: &dyn Layout, namespace: &str, job: &Job, out: &mu
     out.push_str(job.uuid.hyphenated().encode_lower(&mut uuid));
     let queue_at = out.len();
     write_queue_key(layout, namespace, &job.queue, out);
+    if !job.options.is_empty() {
+        out.push_str(layout.list_suffix(job));
+    }
     queue_at
 }
 

@@ -2,9 +2,10 @@
 //! of its own: `attempts: 3, backoff: {type: fixed, delay: 200}` runs a failing job 3 times
 //! about 200 ms apart, then it is failed; `attempts: 2, backoff: 100` (a number: BullMQ's fixed
 //! backoff) twice, and `removeOnFail: true` leaves no job behind; `removeOnComplete: true`
-//! leaves no completed job where a job without options stays completed; a `lifo` job runs first.
-//! Each job's stored `opts` equals what `Queue.add` stores for the same options, member by
-//! member but for `jobId`.
+//! leaves no completed job where a job without options stays completed; a `lifo` job runs first;
+//! jobs of `priority` 1 and 5 wait in the prioritized set and run after the jobs without a
+//! priority, 1 before 5. Each job's stored `opts` (and hash field `priority`) equals what
+//! `Queue.add` stores for the same options, member by member but for `jobId`.
 
 use super::*;
 use redis::AsyncCommands;
@@ -27,6 +28,8 @@ fn cases() -> Vec<(&'static str, Value)> {
             "ok",
             json!({"lifo": true, "removeOnFail": {"age": 60, "count": 10}}),
         ),
+        ("ok", json!({"priority": 5, "attempts": 2})),
+        ("ok", json!({"priority": 1})),
     ]
 }
 
@@ -91,13 +94,49 @@ async fn bullmq_options_reach_the_job_and_the_worker_obeys_them(pool: PgPool) {
         let ours = opts_of(format!("{NS}opts:{id}")).await;
         let theirs = opts_of(format!("{NS}baseline:b{i}")).await;
         assert_eq!(ours, theirs, "case {i}: opts as Queue.add stores them");
+        let priority = |key: String| {
+            let mut con = con.clone();
+            async move { con.hget::<_, _, String>(key, "priority").await.unwrap() }
+        };
+        assert_eq!(
+            priority(format!("{NS}opts:{id}")).await,
+            priority(format!("{NS}baseline:b{i}")).await,
+            "case {i}: the hash's priority"
+        );
     }
+    // The prioritized set holds the jobs of a priority, in the order of theirs.
+    let prioritized = |queue: &'static str| {
+        let mut con = con.clone();
+        async move {
+            con.zrange::<_, Vec<String>>(format!("{NS}{queue}:prioritized"), 0, -1)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(prioritized("opts").await, [ids[6].clone(), ids[5].clone()]);
+    assert_eq!(prioritized("baseline").await, ["b6", "b5"]);
 
     // The worker.
-    let script = scripts::js(&[("EXPECTED", json!(8))], include_str!("options_worker.js"));
+    let script = scripts::js(
+        &[("EXPECTED", json!(10))],
+        include_str!("options_worker.js"),
+    );
     let runs: Vec<Run> = serde_json::from_str(node.node(&script).trim()).unwrap();
-    assert_eq!(runs.len(), 8, "{runs:?}");
+    assert_eq!(runs.len(), 10, "{runs:?}");
     assert_eq!(runs[0].id, ids[4], "the lifo job first: {runs:?}");
+    let first_runs: Vec<&str> = runs
+        .iter()
+        .filter(|r| r.attempts_made == 0)
+        .map(|r| r.id.as_str())
+        .collect();
+    let order: Vec<&str> = [4, 0, 1, 2, 3, 6, 5]
+        .iter()
+        .map(|&i| ids[i].as_str())
+        .collect();
+    assert_eq!(
+        first_runs, order,
+        "the wait list (lifo first), then priority 1, then 5: {runs:?}"
+    );
     let of = |i: usize| runs.iter().filter(|r| r.id == ids[i]).collect::<Vec<_>>();
     let three = of(0);
     assert_eq!(
@@ -115,7 +154,7 @@ async fn bullmq_options_reach_the_job_and_the_worker_obeys_them(pool: PgPool) {
     let two = of(1);
     assert_eq!(two.len(), 2, "attempts: 2 {runs:?}");
     assert!(two[1].at - two[0].at >= 90, "backoff 100: {runs:?}");
-    for i in [2, 3, 4] {
+    for i in [2, 3, 4, 5, 6] {
         assert_eq!(of(i).len(), 1, "case {i} ran once: {runs:?}");
     }
     let failed: Vec<String> = con.zrange(format!("{NS}opts:failed"), 0, -1).await.unwrap();
@@ -128,7 +167,7 @@ async fn bullmq_options_reach_the_job_and_the_worker_obeys_them(pool: PgPool) {
         .zrange(format!("{NS}opts:completed"), 0, -1)
         .await
         .unwrap();
-    let mut want = vec![ids[3].clone(), ids[4].clone()];
+    let mut want: Vec<String> = [3, 4, 5, 6].iter().map(|&i| ids[i].clone()).collect();
     want.sort();
     let mut completed = completed;
     completed.sort();

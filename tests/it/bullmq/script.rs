@@ -249,24 +249,46 @@ async fn a_job_bullmq_already_holds_is_a_duplicate() {
 }
 
 /// A key of another type refuses the job and writes nothing for it; so does an id counter that
-/// is not an integer (INCRBY would fail mid-call).
+/// is not an integer (INCRBY would fail mid-call), and for a job of a priority the prioritized
+/// set's and its counter's (INCR).
 #[tokio::test]
 async fn keys_bullmq_could_not_use_refuse_the_job_and_nothing_is_written() {
     let (_redis, mut con, mut acon) = private_redis().await;
     let enqueuer = bullmq_enqueuer();
-    for (queue, key, value, says) in [
-        ("bad", "bad:events", "x", &["WRONGTYPE", "bad:events"][..]),
-        ("badid", "badid:id", "x1", &["not an integer"][..]),
+    for (queue, key, value, says, priority) in [
+        (
+            "bad",
+            "bad:events",
+            "x",
+            &["WRONGTYPE", "bad:events"][..],
+            0,
+        ),
+        ("badid", "badid:id", "x1", &["not an integer"][..], 0),
+        (
+            "badp",
+            "badp:prioritized",
+            "x",
+            &["WRONGTYPE", "badp:prioritized"][..],
+            3,
+        ),
+        (
+            "badpc",
+            "badpc:pc",
+            "x1",
+            &["badpc:pc", "not an integer (BullMQ's priority counter)"][..],
+            3,
+        ),
     ] {
         let _: () = redis::cmd("SET")
             .arg(format!("{NS}{key}"))
             .arg(value)
             .query(&mut con)
             .unwrap();
-        let bad = JobBuilder::new(queue, "send")
-            .payload("{}")
-            .build()
-            .unwrap();
+        let mut bad = JobBuilder::new(queue, "send").payload("{}");
+        if priority > 0 {
+            bad = bad.option("priority", priority);
+        }
+        let bad = bad.build().unwrap();
         match enqueuer.enqueue(&mut acon, &bad).await {
             Err(Error::Refused { message, .. }) => {
                 assert!(says.iter().all(|s| message.contains(s)), "{message}")

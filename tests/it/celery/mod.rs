@@ -6,6 +6,8 @@
 //! - `proof`: the acceptance test; it starts one worker (Celery starts slowly) and checks
 //!   everything against it;
 //! - `script`: the script alone (kombu's list and a marker of its own) and the fast path;
+//! - `options`: the task options celery's `apply_async` takes reach the message as its client
+//!   writes them, and the worker obeys them;
 //! - `order`: a call takes its duplicates back out and keeps the order BRPOP meets;
 //! - `repr`: argsrepr and kwargsrepr are celery's own;
 //! - `claims`: a row not yet due does not keep the workers claiming;
@@ -15,6 +17,7 @@
 
 mod claims;
 mod cluster;
+mod options;
 mod order;
 mod proof;
 mod repr;

@@ -3,7 +3,8 @@
 //! [`CeleryWorker::start`] writes a small app module (`app.py`) into a temporary directory and
 //! runs `celery -A app worker -Q <queues> --pool threads -c 4 --without-gossip --without-mingle
 //! --without-heartbeat` against a broker URL (a private redis-server), a [`Worker`] (killed on
-//! drop), ready once it says ` ready.`. Each task
+//! drop), ready once it says ` ready.` ([`CeleryWorker::start_with`]: another pool, concurrency,
+//! results kept). Each task
 //! of the app records what ran by appending one line to a file:
 //!
 //! ```text
@@ -36,6 +37,11 @@ app.conf.update(
     accept_content=["json"],
     broker_connection_retry_on_startup=True,
 )
+if os.environ.get("JOBRELAY_TEST_RESULTS"):
+    # Results kept with the request's details (retries), in the broker's Redis.
+    app.conf.update(
+        result_backend=os.environ["JOBRELAY_TEST_BROKER"], result_extended=True
+    )
 prefix = os.environ.get("JOBRELAY_TEST_KEYPREFIX", "")
 if prefix:
     app.conf.broker_transport_options = {"global_keyprefix": prefix}
@@ -60,7 +66,39 @@ def _record(self, *args, **kwargs):
 
 for _name in os.environ["JOBRELAY_TEST_TASKS"].split(","):
     app.task(name=_name, bind=True)(_record)
+
+
+@app.task(name=SLEEP_TASK, bind=True)
+def _sleep(self, seconds, *args, **kwargs):
+    _record(self, seconds, *args, **kwargs)
+    time.sleep(seconds)
 "#;
+
+/// A task of every worker's app that records its run, then sleeps its first argument's seconds.
+pub const SLEEP_TASK: &str = "jobs.sleep";
+
+/// How a worker runs its tasks.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// `--pool`: `threads` (starts fast), `prefork` (enforces time limits).
+    pub pool: &'static str,
+    /// `-c`: how many tasks run at once.
+    pub concurrency: u32,
+    /// Whether tasks store their results (`result_extended`) in the broker's Redis, under
+    /// celery's `celery-task-meta-<id>`.
+    pub results: bool,
+}
+
+impl Default for Setup {
+    /// `--pool threads -c 4`, no results.
+    fn default() -> Setup {
+        Setup {
+            pool: "threads",
+            concurrency: 4,
+            results: false,
+        }
+    }
+}
 
 /// One recorded run.
 #[derive(Debug, Clone)]
@@ -106,16 +144,28 @@ impl CeleryWorker {
         queues: &[&str],
         tasks: &[&str],
     ) -> CeleryWorker {
+        CeleryWorker::start_with(broker, prefix, queues, tasks, &Setup::default()).await
+    }
+
+    /// [`CeleryWorker::start`] with another [`Setup`].
+    pub async fn start_with(
+        broker: &str,
+        prefix: &str,
+        queues: &[&str],
+        tasks: &[&str],
+        setup: &Setup,
+    ) -> CeleryWorker {
         let celery = celery_bin();
         let dir = tempfile::Builder::new()
             .prefix("jobrelay-celery-")
             .tempdir()
             .unwrap();
-        std::fs::write(dir.path().join("app.py"), APP).unwrap();
+        let app = format!("SLEEP_TASK = {SLEEP_TASK:?}\n{APP}");
+        std::fs::write(dir.path().join("app.py"), app).unwrap();
         let log = dir.path().join("worker.log");
         let runs = dir.path().join("runs.tsv");
         std::fs::write(&runs, "").unwrap();
-        let env = vec![
+        let mut env = vec![
             ("JOBRELAY_TEST_BROKER", broker.to_owned()),
             ("JOBRELAY_TEST_KEYPREFIX", prefix.to_owned()),
             ("JOBRELAY_TEST_RUNS", runs.display().to_string()),
@@ -123,9 +173,12 @@ impl CeleryWorker {
             ("PYTHONPATH", dir.path().display().to_string()),
             ("PYTHONDONTWRITEBYTECODE", "1".to_owned()),
         ];
+        if setup.results {
+            env.push(("JOBRELAY_TEST_RESULTS", "1".to_owned()));
+        }
         let mut cmd = Command::new(&celery);
         cmd.args(["-A", "app", "worker", "-Q", &queues.join(",")])
-            .args(["--pool", "threads", "-c", "4"])
+            .args(["--pool", setup.pool, "-c", &setup.concurrency.to_string()])
             .args([
                 "--without-gossip",
                 "--without-mingle",
@@ -173,6 +226,13 @@ impl CeleryWorker {
     /// Waits until at least `n` runs are recorded, at most `deadline`.
     pub async fn wait_runs(&self, n: usize, deadline: Duration) -> Vec<Run> {
         self.worker.wait_records(n, deadline, || self.runs()).await
+    }
+
+    /// Stops the worker as an operator would (`TERM`: a warm shutdown, its pool's processes
+    /// with it), at most 30 s.
+    pub async fn stop(self) {
+        self.worker.signal("TERM");
+        self.worker.wait_exit(Duration::from_secs(30)).await;
     }
 
     /// Runs `script` (Python) with celery's interpreter, the app importable as `app` (its tasks
