@@ -8,15 +8,21 @@
 //!   the queue's defaults: `created_at` (the row's), `data`, the empty callback names and
 //!   run-time fields, `origin` (the queue), `description` (`get_call_string`), `enqueued_at`
 //!   (queued jobs only: Redis's clock at the call, formatted by the script), `timeout` (`180`,
-//!   RQ's `DEFAULT_JOB_TIMEOUT`), `status` (`queued` or `scheduled`), and `meta` (the row's headers as a JSON object, if any).
+//!   RQ's `DEFAULT_JOB_TIMEOUT`), `status` (`queued` or `scheduled`), and `meta` (the row's
+//!   headers as a JSON object, if any).
+//! - Job options (the row's `options`, [`options::OPTIONS`]): `timeout` (or `job_timeout`),
+//!   `result_ttl`, `ttl`, `failure_ttl`, `retry`, `description`, `at_front`, `meta`, by RQ's
+//!   names, checked as RQ checks them and written as `Job.to_dict` writes them (rq/options.rs);
+//!   an `at_front` job goes to the queue's head, a `ttl` is also the job hash's expiry.
 //! - `data` is the JSON serializer's encoding of `(func_name, instance, args, kwargs)`:
 //!   `["<job_type>", null, <args>, <kwargs>]`, the args and kwargs as the row wrote them, in a
 //!   zlib stream (`Job.to_dict` compresses with `zlib.compress`; the relay writes the stream's
 //!   stored form, which `zlib.decompress` reads alike, without spending CPU on deflate).
-//! - The queue's list `rq:queue:<q>` gets the job's id (`RPUSH`, as `Queue.push_job_id`), the
-//!   set `rq:queues` the queue's key; a job whose `run_at` is ahead goes, by id, into the
-//!   scheduled registry `rq:scheduled:<q>` (score: `run_at` in epoch seconds rounded up, so that
-//!   RQ's scheduler, which compares whole seconds, never runs it early).
+//! - The queue's list `rq:queue:<q>` gets the job's id (`RPUSH`, as `Queue.push_job_id`;
+//!   `LPUSH` with `at_front`), the set `rq:queues` the queue's key; a job whose `run_at` is
+//!   ahead goes, by id, into the scheduled registry `rq:scheduled:<q>` (score: `run_at` in epoch
+//!   seconds rounded up, so that RQ's scheduler, which compares whole seconds, never runs it
+//!   early).
 //! - RQ's keys have no configurable prefix: `--namespace` is a raw prefix, empty for a stock RQ.
 //! - The dedup marker: the uuid, a member of a set
 //!   `<ns>jobrelay:rq:marks:<ttl>:<interval>:<digit>` ([`Layout::marks_in_sets`]); a job hash of
@@ -26,8 +32,10 @@
 //!   naming a predecessor not yet relayed would run first; rows naming a parent or a predecessor
 //!   are [`Unfit`], and so is a payload that is neither a JSON array nor `{"args", "kwargs"}`.
 
+mod options;
 #[cfg(feature = "daemon")]
 mod peek;
+mod pyjson;
 mod pyrepr;
 
 use std::io::Write as _;
@@ -37,7 +45,7 @@ use chrono::{DateTime, Utc};
 use self::pyrepr::Py;
 use super::args_kwargs::split_payload;
 use super::{push_queue_key, refuse_flows, Layout, LayoutKind, Payload, Unfit};
-use crate::job::{epoch_score, Job};
+use crate::job::{epoch_score, Job, Options};
 
 /// The layout.
 pub(super) static RQ: Rq = Rq;
@@ -187,12 +195,14 @@ fn adler32(data: &[u8]) -> u32 {
 /// gets them as separate arguments ([`Layout::push_args`]).
 const FIELDS: usize = 3;
 
-fn field(buf: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
+/// One field of an encoding, written by `write`, whose answer it passes on.
+fn field<R>(buf: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
     let at = buf.len();
     buf.extend_from_slice(&[0; 4]);
-    write(buf);
+    let answer = write(buf);
     let len = (buf.len() - at - 4) as u32;
     buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+    answer
 }
 
 /// The fields of an encoding.
@@ -213,18 +223,29 @@ fn fields(encoded: &[u8]) -> [&[u8]; FIELDS] {
 
 impl Rq {
     /// `created_at` (after `@<run_at>|` for a job with a `run_at`: the script's route), `data`,
-    /// and `description`, framed with the meta when the job has headers
-    /// (`\0<n>:<n bytes of description><meta>`, the script's form: no argument of its own for
-    /// what most jobs lack). `enqueued_at` is the script's, from Redis's clock.
+    /// and `description`, framed when the job has headers or options (`\0<n>:<n bytes of
+    /// description>`, then the meta, or the options' fields ([`options::write_fields`]): the
+    /// script's form, no argument of its own for what most jobs lack). `enqueued_at` is the
+    /// script's, from Redis's clock.
     fn encode_fields(job: &Job, buf: &mut Vec<u8>) -> Result<(), Unfit> {
         refuse_flows(
             job,
             "the rq layout has no flows (RQ's depends_on takes a job that does not exist yet \
                  for finished, and RQ has no parent jobs)",
         )?;
+        let options = if job.options.is_empty() {
+            None
+        } else {
+            Some(options::parse(&job.options)?).filter(|o| !o.is_default())
+        };
         let (args, kwargs) = split_payload(&job.payload, SHAPE)?;
-        let mut desc = String::with_capacity(job.job_type.len() + args.len() + kwargs.len() + 8);
-        description(&job.job_type, args, kwargs, &mut desc)?;
+        let given = options.as_ref().and_then(|o| o.description);
+        let mut desc = String::new();
+        if given.is_none() {
+            desc.reserve(job.job_type.len() + args.len() + kwargs.len() + 8);
+            description(&job.job_type, args, kwargs, &mut desc)?;
+        }
+        let desc = given.unwrap_or(&desc);
         field(buf, |b| {
             if let Some(at) = job.run_at {
                 let _ = write!(b, "@{}|", epoch_score(at));
@@ -241,9 +262,14 @@ impl Rq {
         data.push(b']');
         field(buf, |b| zlib_stored(&data, b));
         field(buf, |b| {
+            if let Some(o) = &options {
+                let _ = write!(b, "\0{}:", desc.len());
+                b.extend_from_slice(desc.as_bytes());
+                return options::write_fields(job, o, b);
+            }
             if job.headers.is_empty() {
                 b.extend_from_slice(desc.as_bytes());
-                return;
+                return Ok(());
             }
             let _ = write!(b, "\0{}:", desc.len());
             b.extend_from_slice(desc.as_bytes());
@@ -258,8 +284,8 @@ impl Rq {
                 json_str(v, b);
             }
             b.push(b'}');
-        });
-        Ok(())
+            Ok(())
+        })
     }
 }
 
@@ -296,6 +322,14 @@ impl Layout for Rq {
             include_str!("rq_utcformat.lua"),
             include_str!("rq.lua")
         )
+    }
+
+    fn options(&self) -> &'static [&'static str] {
+        &options::OPTIONS
+    }
+
+    fn check_options(&self, options: &Options) -> std::result::Result<(), Unfit> {
+        options::parse(options).map(|_| ())
     }
 
     fn encode(&self, job: &Job, buf: &mut Vec<u8>) -> std::result::Result<(), Unfit> {

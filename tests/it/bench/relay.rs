@@ -21,6 +21,7 @@ async fn the_benchmark_runs_with_small_sizes_and_cleans_up() {
         layout: jobrelay::LayoutKind::Jobrelay,
         backlog_rows: 1_500,
         vacuumed: true,
+        options: "{}".to_owned(),
     };
     let report = relay_bench::bench(&args).await.expect("the benchmark runs");
     assert_eq!(report["drain"]["rows"], 2_000);

@@ -3,7 +3,9 @@
 //! [`RqWorker::start`] writes a small module of task functions (`jobs.py`, and `app/tasks.py`
 //! for the docs' example) into a temporary directory and runs `rq worker --serializer json
 //! --url <redis> <queues>` (with `--burst`, or `--with-scheduler` to run delayed jobs too), a
-//! [`Worker`] (killed on drop; no readiness signal is waited for: the runs are). Each task records what ran by appending one line to a file:
+//! [`Worker`] (killed on drop; no readiness signal is waited for: the runs are). Each task
+//! records what ran by appending one line to a file (a task that fails or sleeps records
+//! first):
 //!
 //! ```text
 //! <job id>\t<args as JSON>\t<kwargs as JSON>\t<meta as JSON>\t<unix time it ran>\t<func_name>
@@ -24,7 +26,8 @@ use super::{wait_for_records, whole_lines};
 /// Where `script/setup` installs RQ.
 const DEFAULT_RQ: &str = "/opt/jobrelay-rq/bin/rq";
 
-/// The task module: `jobs.record` takes any arguments and records them.
+/// The task module: `jobs.record` takes any arguments and records them; `jobs.nap(seconds,
+/// ...)` records, then sleeps that long; `jobs.fail` records, then raises.
 const JOBS: &str = r#"
 import json, os, time
 from rq import get_current_job
@@ -46,6 +49,16 @@ def record(*args, **kwargs):
         os.write(fd, (line + "\n").encode())
     finally:
         os.close(fd)
+
+
+def nap(seconds, *args, **kwargs):
+    record(seconds, *args, **kwargs)
+    time.sleep(seconds)
+
+
+def fail(*args, **kwargs):
+    record(*args, **kwargs)
+    raise RuntimeError("fails on purpose")
 "#;
 
 /// The docs' example task, `app.tasks.send_welcome`.

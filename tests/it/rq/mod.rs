@@ -7,12 +7,15 @@
 //!   and RQ's own API;
 //! - `script`: the script alone (RQ's keys and a marker of its own), no worker;
 //! - `descriptions`: the job hash's description and data are what RQ makes of them;
+//! - `options`: the row's options (RQ's job options) reach the job as RQ's client writes them,
+//!   and the worker obeys them;
 //! - `cluster`: a Cluster URL is refused.
 //!
 //! The Python programs the tests run with RQ's own client are the `.py` files here.
 
 mod cluster;
 mod descriptions;
+mod options;
 mod proof;
 mod script;
 

@@ -225,7 +225,7 @@ fn printable(c: char) -> bool {
 
 /// Python's `repr(float)`: the shortest digits that read back the same, in positional notation
 /// for exponents -4..16 (with at least one decimal), else as `1.5e+16`, `1e-05`.
-fn py_float(f: f64, out: &mut String) {
+pub(super) fn py_float(f: f64, out: &mut String) {
     if f.is_nan() {
         out.push_str("nan");
         return;

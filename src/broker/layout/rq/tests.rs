@@ -77,6 +77,37 @@ fn an_array_is_the_args_and_headers_are_the_meta() {
     );
 }
 
+/// A job's options ride on the description argument, after the description (the option's, if
+/// it gives one); options that leave RQ's defaults (nulls, `at_front: false`, an empty meta or
+/// description) encode as no options; a misfit is refused.
+#[test]
+fn options_follow_the_description() {
+    let with = |options: serde_json::Value| {
+        let mut j = job("[1]");
+        j.options = serde_json::from_value(options).unwrap();
+        j
+    };
+    let f = encoded(&with(
+        serde_json::json!({"description": "mine", "at_front": true}),
+    ));
+    assert_eq!(f[2], b"\x004:mine\0L");
+    let f = encoded(&with(serde_json::json!({"ttl": 60})));
+    let call = "app.tasks.send_welcome(1)";
+    assert_eq!(
+        String::from_utf8(f[2].clone()).unwrap(),
+        format!("\0{}:{call}\0F\0ttl\x0060", call.len())
+    );
+    let plain = encoded(&job("[1]"));
+    let defaults = serde_json::json!({
+        "at_front": false, "meta": {}, "description": "", "timeout": null, "retry": null,
+    });
+    assert_eq!(encoded(&with(defaults)), plain);
+    let e = RQ
+        .encode(&with(serde_json::json!({"ttl": 0})), &mut Vec::new())
+        .unwrap_err();
+    assert!(e.0.starts_with("option \"ttl\" for the rq layout"), "{e}");
+}
+
 #[test]
 fn description_cuts_and_sorts_as_get_call_string() {
     let long = "y".repeat(100);
