@@ -14,9 +14,9 @@ import pytest
 import sqlalchemy
 from redis import Redis
 
-from support.relay import REPO, running_relay
+from support.relay import REPO
 from support.wait import wait_for
-from support.workers import Worker, rq_worker
+from support.workers import Worker, rq_worker_with_relay
 
 PAGE = REPO / "docs" / "producers" / "python.md"
 
@@ -27,11 +27,7 @@ def python_blocks(page: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def worker(database_url: str, redis_url: str) -> Iterator[Worker]:
-    with (
-        rq_worker(redis_url) as worker,
-        running_relay(database_url, redis_url, "rq") as relay_log,
-    ):
-        worker.other_logs.append(relay_log)
+    with rq_worker_with_relay(database_url, redis_url) as worker:
         yield worker
 
 

@@ -20,9 +20,8 @@ from sqlalchemy.orm import Session
 import jobrelay
 from jobrelay.rq import Queue
 from support.database import pending_rows
-from support.relay import running_relay
 from support.wait import wait_for
-from support.workers import Worker, rq_worker
+from support.workers import Worker, rq_worker_with_relay
 
 RECORD = "rq_jobs.record_job"
 
@@ -33,11 +32,7 @@ class Boom(Exception):
 
 @pytest.fixture(scope="module")
 def worker(database_url: str, redis_url: str) -> Iterator[Worker]:
-    with (
-        rq_worker(redis_url) as worker,
-        running_relay(database_url, redis_url, "rq") as relay_log,
-    ):
-        worker.other_logs.append(relay_log)
+    with rq_worker_with_relay(database_url, redis_url) as worker:
         yield worker
 
 

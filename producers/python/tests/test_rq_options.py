@@ -18,18 +18,13 @@ from rq.serializers import JSONSerializer
 
 import jobrelay
 from jobrelay.rq import Queue
-from support.relay import running_relay
 from support.wait import wait_for
-from support.workers import Worker, rq_worker
+from support.workers import Worker, rq_worker_with_relay
 
 
 @pytest.fixture(scope="module")
 def worker(database_url: str, redis_url: str) -> Iterator[Worker]:
-    with (
-        rq_worker(redis_url) as worker,
-        running_relay(database_url, redis_url, "rq") as relay_log,
-    ):
-        worker.other_logs.append(relay_log)
+    with rq_worker_with_relay(database_url, redis_url) as worker:
         yield worker
 
 

@@ -9,6 +9,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from .process import stop
+
 REPO = Path(__file__).resolve().parents[4]
 
 
@@ -59,9 +61,4 @@ def running_relay(
         try:
             yield log
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)

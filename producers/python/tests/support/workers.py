@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .process import stop
+from .relay import running_relay
 from .wait import wait_for
 
 APPS = Path(__file__).resolve().parents[1] / "apps"
@@ -92,12 +94,7 @@ def _child(argv: Sequence[str], env: dict[str, str], ready: str | None) -> Itera
                 wait_for(f"{argv[0]} ready", lambda: ready in worker.log_text(), timeout=60)
             yield worker
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
 
 
 @contextmanager
@@ -137,4 +134,16 @@ def rq_worker(redis_url: str, queues: Sequence[str] = ("default", "emails")) -> 
         *queues,
     ]
     with _child(argv, {}, None) as worker:
+        yield worker
+
+
+@contextmanager
+def rq_worker_with_relay(database_url: str, redis_url: str) -> Iterator[Worker]:
+    """An RQ worker on the default queues and the relay (rq layout) feeding it; the relay's log
+    is shown with the worker's when a wait fails."""
+    with (
+        rq_worker(redis_url) as worker,
+        running_relay(database_url, redis_url, "rq") as relay_log,
+    ):
+        worker.other_logs.append(relay_log)
         yield worker
