@@ -32,7 +32,7 @@ pub struct Args {
     pub backlog_rows: usize,
     /// `BENCH_VACUUMED=1`: also the drain after `VACUUM (ANALYZE)` (labelled).
     pub vacuumed: bool,
-    /// `BENCH_OPTIONS`: the job options of every row the drains COPY, a JSON object the layout
+    /// `BENCH_OPTIONS`: the job options of every row the drains and the stages COPY, a JSON object the layout
     /// carries (e.g. `{"retry":3,"backtrace":true,"tags":["billing"]}` with `BENCH_LAYOUT=sidekiq`);
     /// default none (`{}`: the column's default, as rows without options). Compact JSON text.
     pub options: String,

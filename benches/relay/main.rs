@@ -37,7 +37,7 @@
 //! `BENCH_LAYOUT=<layout>` (any `--layout` name) runs the relay in that layout (default
 //! `jobrelay`); where the layout's payloads are a job's arguments (`Payload::JsonArgs`) every
 //! payload is a JSON array of the same size; `BENCH_OPTIONS=<JSON object>` gives every row of
-//! the drains those job options (which the layout must carry: e.g. with `BENCH_LAYOUT=sidekiq`,
+//! the drains and of the stages backlog those job options (which the layout must carry: e.g. with `BENCH_LAYOUT=sidekiq`,
 //! `{"retry":3,"backtrace":true,"tags":["billing"]}`).
 //!
 //! One file per stage: `drain.rs`, `stages.rs`, `naive.rs`, `latency.rs` (with the consumer of
