@@ -156,33 +156,46 @@ fn check_options(options: &Options) -> Result<(), Unfit> {
 /// (`optsEncodeMap`), the others as given.
 fn opts_arg(options: &Options, out: &mut String) {
     out.clear();
+    let _ = write_opts(options, out);
+}
+
+/// Writes [`opts_arg`] into `out`, without allocating. The names are those of [`OPTIONS`] (the
+/// options were checked before a job is written): plain identifiers, written unescaped.
+fn write_opts(options: &Options, out: &mut impl std::fmt::Write) -> std::fmt::Result {
     if options.is_empty() {
-        return;
+        return Ok(());
     }
     let lifo = options.get("lifo") == Some(&Value::Bool(true));
-    out.push(if lifo { 'L' } else { 'F' });
+    out.write_char(if lifo { 'L' } else { 'F' })?;
     if let Some(priority) = options.get("priority").and_then(Value::as_u64) {
         if priority > 0 {
-            let _ = write!(out, "{priority}");
+            write!(out, "{priority}")?;
         }
     }
     if !options.contains_key("attempts") {
-        out.push_str(",\"attempts\":0");
+        out.write_str(",\"attempts\":0")?;
     }
     for (name, value) in options {
         let stored = match name.as_str() {
             "keepLogs" => "kl",
             other => other,
         };
-        let _ = write!(out, ",{}:", Value::String(stored.to_owned()));
+        write!(out, ",\"{stored}\":")?;
         match (name.as_str(), value) {
-            ("backoff", Value::Number(n)) => {
-                let _ = write!(out, "{{\"type\":\"fixed\",\"delay\":{n}}}");
-            }
-            _ => {
-                let _ = write!(out, "{value}");
-            }
+            ("backoff", Value::Number(n)) => write!(out, "{{\"type\":\"fixed\",\"delay\":{n}}}")?,
+            _ => write!(out, "{value}")?,
         }
+    }
+    Ok(())
+}
+
+/// A `fmt::Write` that only counts the bytes written to it.
+struct Length(usize);
+
+impl std::fmt::Write for Length {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0 += s.len();
+        Ok(())
     }
 }
 
@@ -306,9 +319,9 @@ impl Layout for Bullmq {
         let options = if job.options.is_empty() {
             0
         } else {
-            let mut opts = String::new();
-            opts_arg(&job.options, &mut opts);
-            opts.len() + 16
+            let mut opts = Length(0);
+            let _ = write_opts(&job.options, &mut opts);
+            opts.0 + 16
         };
         2 * namespace.len() + job.queue.len() + job.job_type.len() + ARGS_OVERHEAD + options
     }
@@ -417,6 +430,10 @@ mod tests {
         assert_eq!(out, "F2097151,\"attempts\":0,\"priority\":2097151");
         opts_arg(&options(json!({"priority": 0, "lifo": true})), &mut out);
         assert_eq!(out, "L,\"attempts\":0,\"lifo\":true,\"priority\":0");
+        // The size counted for the call is the size written.
+        let mut length = Length(0);
+        let _ = write_opts(&options(json!({"priority": 0, "lifo": true})), &mut length);
+        assert_eq!(length.0, out.len());
     }
 
     /// Names BullMQ does not take and values of the wrong type are refused, naming the option.
