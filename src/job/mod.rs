@@ -1,6 +1,7 @@
 //! A job: what a `pending_jobs` row holds and what the enqueue algorithm writes to Redis.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock};
 
 use chrono::{DateTime, Datelike, Utc};
 use prost::Message;
@@ -52,12 +53,19 @@ pub struct Job {
     /// The runner's own job options (the row's `options`, docs/schema.md), e.g. Sidekiq's
     /// `retry`: names and JSON values as the runner's client takes them. Each layout carries
     /// the ones it knows into the runner's own fields and refuses any other
-    /// (docs/layouts/README.md#job-options). Empty for most jobs, and then free.
-    pub options: Options,
+    /// (docs/layouts/README.md#job-options). Empty for most jobs, and then free. Shared: the
+    /// jobs of a batch whose rows hold the same options share one parsed object.
+    pub options: Arc<Options>,
 }
 
 /// A job's runner options: a JSON object ([`Job::options`]).
 pub type Options = serde_json::Map<String, serde_json::Value>;
+
+/// No options, shared: what nearly every job holds, at the cost of a reference count.
+pub fn no_options() -> Arc<Options> {
+    static NONE: LazyLock<Arc<Options>> = LazyLock::new(Arc::default);
+    Arc::clone(&NONE)
+}
 
 /// Checks a queue name against docs/schema.md: 1..=128 characters of `[A-Za-z0-9_.:-]`.
 pub fn validate_queue(queue: &str) -> Result<()> {
@@ -249,7 +257,7 @@ mod tests {
             run_at: run_at.map(t),
             created_at: t(created_at),
             headers: BTreeMap::new(),
-            options: Options::new(),
+            options: no_options(),
         }
     }
 

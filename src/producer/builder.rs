@@ -338,7 +338,11 @@ impl JobBuilder {
             run_at,
             created_at: now,
             headers: self.headers,
-            options: self.options,
+            options: if self.options.is_empty() {
+                crate::job::no_options()
+            } else {
+                std::sync::Arc::new(self.options)
+            },
         };
         check(&job)?;
         Ok(job)

@@ -9,7 +9,7 @@ use sqlx::{Connection as _, PgConnection, PgPool};
 use self::settle::{Failed, Fate};
 use super::cursor::{ClaimCursor, Claimed};
 use super::queries::{self, Queries};
-use super::row::{ClaimedRow, PendingRow, RowMeta};
+use super::row::{ClaimedRow, PendingRow, RowMeta, SharedOptions};
 use crate::backoff::per_job_delay;
 use crate::error::{Dependency, Error, ErrorClass, Reason, Result};
 use crate::job::Job;
@@ -311,6 +311,7 @@ impl<S: JobSink> Batcher<S> {
         let mut failed: Vec<Failed> = Vec::new();
         let mut buried_first: Option<(i64, Uuid)> = None;
         let mut buried = 0;
+        let mut options = SharedOptions::default();
         for c in claimed {
             let row = c.row;
             if c.buried {
@@ -318,7 +319,7 @@ impl<S: JobSink> Batcher<S> {
                 buried_first.get_or_insert((row.id, row.uuid));
                 continue;
             }
-            match row.into_job() {
+            match row.into_job(&mut options) {
                 Ok((meta, job)) => {
                     metas.push(meta);
                     jobs.push(job);

@@ -1,6 +1,7 @@
 //! A claimed row, the conversion of a row into a job, and rows on their way back to a table.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgArguments, PgRow};
@@ -10,7 +11,7 @@ use uuid::Uuid;
 
 use crate::columns::{at, COLUMNS};
 use crate::error::{Error, Result};
-use crate::job::{Job, Options};
+use crate::job::{no_options, Job, Options};
 use crate::pg_timestamp::{PgTimestamp, RELAYABLE_RANGE};
 
 /// A row as the claim query returns it (`headers` and `options` as JSON text; the timestamps as Postgres
@@ -75,7 +76,33 @@ struct Converted {
     run_at: Option<DateTime<Utc>>,
     created_at: DateTime<Utc>,
     headers: BTreeMap<String, String>,
-    options: Options,
+    options: Arc<Options>,
+}
+
+/// The options of a batch's rows, parsed once per run of rows that hold the same text: the
+/// rows of one job class come together with the same options, and their jobs share one parsed
+/// object (parsing and dropping a small object per job cost more than the rest of its options'
+/// way to Redis). Rows without options share [`no_options`].
+#[derive(Default)]
+pub(crate) struct SharedOptions {
+    last: Option<(String, Arc<Options>)>,
+}
+
+impl SharedOptions {
+    /// The parsed `text`, or why it is not a JSON object.
+    fn parse(&mut self, text: &str) -> Result<Arc<Options>> {
+        if text == "{}" {
+            return Ok(no_options());
+        }
+        if let Some((last, options)) = &self.last {
+            if last == text {
+                return Ok(Arc::clone(options));
+            }
+        }
+        let options = Arc::new(parse_options(text)?);
+        self.last = Some((text.to_owned(), Arc::clone(&options)));
+        Ok(options)
+    }
 }
 
 impl PendingRow {
@@ -84,8 +111,12 @@ impl PendingRow {
     /// range as they are converted), and its headers as they are parsed. On failure the row
     /// comes back untouched (a timestamp a job cannot carry, e.g. `infinity`, stays as it
     /// was). Nothing is copied: the job takes the row's values, [`RowMeta`] the rest.
-    pub(super) fn into_job(self) -> std::result::Result<(RowMeta, Job), Box<(PendingRow, Error)>> {
-        let converted = match self.validated() {
+    /// `options` parses the rows' options (a batch's rows share it).
+    pub(super) fn into_job(
+        self,
+        options: &mut SharedOptions,
+    ) -> std::result::Result<(RowMeta, Job), Box<(PendingRow, Error)>> {
+        let converted = match self.validated(options) {
             Ok(c) => c,
             Err(e) => return Err(Box::new((self, e))),
         };
@@ -130,11 +161,11 @@ impl PendingRow {
 
     /// The row's values converted for its job, or why it can never be one, in this order:
     /// `run_at`, `created_at`, `headers`, `options`, then `queue`, `job_type` and `uuid`.
-    fn validated(&self) -> Result<Converted> {
+    fn validated(&self, options: &mut SharedOptions) -> Result<Converted> {
         let run_at = self.run_at.map(|t| relayable("run_at", t)).transpose()?;
         let created_at = relayable("created_at", self.created_at)?;
         let headers = parse_headers(&self.headers)?;
-        let options = parse_options(&self.options)?;
+        let options = options.parse(&self.options)?;
         crate::job::validate_identity(self.uuid, &self.queue, &self.job_type)?;
         Ok(Converted {
             run_at,

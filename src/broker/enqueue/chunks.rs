@@ -4,10 +4,12 @@
 //! take it over the byte limit. Lazily: a chunk is built only once the call before it was
 //! answered, so a failed call leaves the jobs behind it unmarshalled (and unacknowledged).
 
+use std::sync::Arc;
+
 use super::call::Call;
 use super::{Checks, Enqueuer, JobResult, MAX_JOBS_PER_CALL};
 use crate::error::{Error, Result};
-use crate::job::Job;
+use crate::job::{Job, Options};
 
 /// One call's worth of jobs: the call, and the indexes (into the jobs) of those it carries.
 pub(super) struct Chunk<'a> {
@@ -30,6 +32,9 @@ pub(super) struct Chunks<'a> {
     /// The key and route arguments are built in this one buffer, which the invocation copies
     /// from: no `String` of its own for each key or route.
     scratch: String,
+    /// The options the layout last found fit: the jobs after it that share them (a batch's
+    /// rows of one job class, [`crate::relay`]) are not checked again.
+    fit_options: Option<Arc<Options>>,
 }
 
 impl<'a> Chunks<'a> {
@@ -47,6 +52,7 @@ impl<'a> Chunks<'a> {
             carried: None,
             buf: Vec::new(),
             scratch: String::new(),
+            fit_options: None,
         }
     }
 
@@ -67,9 +73,16 @@ impl<'a> Chunks<'a> {
         for i in self.order.by_ref() {
             let job = &self.jobs[i];
             self.buf.clear();
-            if let Err(err) = e.marshal_checked(job, &mut self.buf, self.checks) {
+            let options_fit = self
+                .fit_options
+                .as_ref()
+                .is_some_and(|fit| Arc::ptr_eq(fit, &job.options));
+            if let Err(err) = e.marshal_checked(job, &mut self.buf, self.checks, options_fit) {
                 results[i] = Some(Err(err));
                 continue;
+            }
+            if !options_fit && !job.options.is_empty() {
+                self.fit_options = Some(Arc::clone(&job.options));
             }
             let size = self.buf.len() + e.layout.args_overhead(&e.namespace, job, self.buf.len());
             if !chunk.sent.is_empty()
@@ -88,12 +101,14 @@ impl<'a> Chunks<'a> {
 
 impl Enqueuer {
     /// Validates (unless `checks` says it is) and marshals `job` into `buf`, refusing one the
-    /// layout cannot express (its options first, when it has any) or over the size limit.
+    /// layout cannot express (its options first, when it has any and `options_fit` does not
+    /// say they were found fit already) or over the size limit.
     pub(super) fn marshal_checked(
         &self,
         job: &Job,
         buf: &mut Vec<u8>,
         checks: Checks,
+        options_fit: bool,
     ) -> Result<()> {
         if checks == Checks::Validate {
             job.validate()?;
@@ -103,7 +118,7 @@ impl Enqueuer {
             layout: self.layout.name(),
             reason,
         };
-        if !job.options.is_empty() {
+        if !job.options.is_empty() && !options_fit {
             self.layout.check_options(&job.options).map_err(unfit)?;
         }
         self.layout.encode(job, buf).map_err(unfit)?;

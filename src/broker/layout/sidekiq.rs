@@ -310,7 +310,7 @@ impl Sidekiq {
             buf.extend_from_slice(b",\"enqueued_at\":");
             epoch_seconds(buf, at);
         }
-        for (name, value) in options {
+        for (name, value) in options.iter() {
             if name == "retry" {
                 continue;
             }

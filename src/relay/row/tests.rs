@@ -75,10 +75,13 @@ fn a_row_made_a_job_and_rejoined_is_the_row_as_claimed() {
         run_at: Some(PgTimestamp::from_raw(2_921_940 * 86_400_000_000 - 1)),
         ..row()
     };
-    let (meta, job) = claimed.clone().into_job().expect("a valid row");
+    let (meta, job) = claimed
+        .clone()
+        .into_job(&mut SharedOptions::default())
+        .expect("a valid row");
     assert_eq!(job.headers.len(), 2);
     assert_eq!(
-        serde_json::Value::Object(job.options.clone()),
+        serde_json::Value::Object((*job.options).clone()),
         serde_json::json!({"retry": false, "backtrace": 3})
     );
     assert_eq!((meta.id, meta.attempts), (claimed.id, claimed.attempts));
@@ -145,11 +148,35 @@ fn a_row_that_cannot_be_a_job_comes_back_untouched() {
         ),
     ];
     for (claimed, field) in cases {
-        let (back, e) = *claimed.clone().into_job().expect_err(field);
+        let (back, e) = *claimed
+            .clone()
+            .into_job(&mut SharedOptions::default())
+            .expect_err(field);
         assert_eq!(back, claimed, "{field}");
         assert!(
             matches!(e, Error::InvalidJob { field: f, .. } if f == field),
             "{field}: {e}"
         );
     }
+}
+
+/// The jobs of consecutive rows with the same options share one parsed object; a row with
+/// other options gets its own, and rows without options the shared empty one.
+#[test]
+fn rows_with_the_same_options_share_them() {
+    let with = |options: &str| PendingRow {
+        options: options.into(),
+        ..row()
+    };
+    let mut shared = SharedOptions::default();
+    let mut job = |r: PendingRow| r.into_job(&mut shared).expect("a valid row").1;
+    let a = job(with(r#"{"retry": 3}"#));
+    let b = job(with(r#"{"retry": 3}"#));
+    let c = job(with(r#"{"retry": 4}"#));
+    let d = job(with("{}"));
+    let e = job(with("{}"));
+    assert!(Arc::ptr_eq(&a.options, &b.options));
+    assert!(!Arc::ptr_eq(&b.options, &c.options));
+    assert_eq!(c.options.get("retry"), Some(&serde_json::json!(4)));
+    assert!(d.options.is_empty() && Arc::ptr_eq(&d.options, &e.options));
 }
