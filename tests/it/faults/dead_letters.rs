@@ -581,3 +581,64 @@ async fn a_row_refused_for_its_payload_is_listed_with_it_fixed_and_requeued(pool
         (Some("Charge"), &serde_json::json!([42]))
     );
 }
+
+/// The log line of a batch's dead letters names each row, its uuid, id and reason, not only
+/// the first one's error; at most 10 of them, then how many more (docs/metrics.md#logs).
+#[sqlx::test]
+async fn the_dead_letter_log_line_names_each_row_and_its_reason(pool: PgPool) {
+    let ns = Namespace::new();
+    let db = database_url_of(&pool).await;
+    let env = [
+        ("DATABASE_URL", db.as_str()),
+        ("REDIS_URL", ns.url.as_str()),
+        ("JOBRELAY_NAMESPACE", ns.prefix.as_str()),
+        ("JOBRELAY_LAYOUT", "sidekiq"),
+    ];
+    // 12 rows the sidekiq layout refuses, for two reasons in turn.
+    sqlx::query(
+        "INSERT INTO pending_jobs (queue, job_type, payload)
+         SELECT 'billing', 'Charge',
+                convert_to(CASE WHEN i % 2 = 0 THEN '{\"a\": 1}' ELSE 'not json' END, 'UTF8')
+         FROM generate_series(1, 12) AS i",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let rows: Vec<(i64, uuid::Uuid)> =
+        sqlx::query_as("SELECT id, uuid FROM pending_jobs ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let (_, out, err) = run_relay(
+        &["--sweep", "--older-than", "0s", "--log-format", "json"],
+        &env,
+    )
+    .await;
+    assert!(out.contains(" dead_lettered=12"), "{out}{err}");
+    let events: Vec<serde_json::Value> = err
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|e: &serde_json::Value| e["message"] == "rows moved to the dead-letter table")
+        .collect();
+    assert_eq!(events.len(), 1, "{err}");
+    assert_eq!(events[0]["rows"], 12, "{err}");
+    let jobs = events[0]["jobs"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{err}"));
+    let entries: Vec<&str> = jobs.split("; ").collect();
+    assert_eq!(entries.len(), 11, "{jobs}");
+    for (i, (id, uuid)) in rows.iter().take(10).enumerate() {
+        let entry = entries[i];
+        assert!(entry.starts_with(&format!("{uuid} (id {id}): ")), "{entry}");
+        let reason = if i % 2 == 1 {
+            "an object, not an array"
+        } else {
+            "JSON"
+        };
+        assert!(
+            entry.contains("does not fit the sidekiq layout") && entry.contains(reason),
+            "{i}: {entry}"
+        );
+    }
+    assert_eq!(entries[10], "and 2 more", "{jobs}");
+}
