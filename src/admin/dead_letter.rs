@@ -7,6 +7,7 @@ use serde::{Serialize, Serializer};
 use sqlx::postgres::{PgTypeInfo, PgValueRef, Postgres};
 use sqlx::PgPool;
 
+use crate::broker::layout::{LayoutKind, Payload};
 use crate::error::Result;
 use crate::pg_timestamp::PgTimestamp;
 use crate::table::TableName;
@@ -53,8 +54,105 @@ impl Selection {
     }
 }
 
+/// At most this many characters of a payload (or of its base64) are shown by `list`.
+pub const PAYLOAD_SHOWN: usize = 200;
+
+/// A row's payload as `list` shows it: as the layout's runner reads it, cut to
+/// [`PAYLOAD_SHOWN`] characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShownPayload {
+    /// The start of the payload: for a layout that reads JSON arguments, the JSON in compact
+    /// form when it is JSON; otherwise the text as stored, or its base64 when it is not UTF-8.
+    pub text: String,
+    /// `text` is base64 (an opaque payload that is not UTF-8).
+    pub base64: bool,
+    /// `text` is cut short.
+    pub truncated: bool,
+    /// The payload's size in bytes.
+    pub bytes: usize,
+}
+
+/// Bytes of a payload [`ShownPayload::of`] encodes in base64 ([`PAYLOAD_SHOWN`] characters).
+const BASE64_SHOWN: usize = PAYLOAD_SHOWN / 4 * 3;
+
+impl ShownPayload {
+    /// A payload of `bytes` bytes starting with `start`, as a runner reading `kind` payloads
+    /// sees it, cut to [`PAYLOAD_SHOWN`] characters. JSON is compacted only when `start` is
+    /// the whole payload; a character cut in two at the end of `start` is left out.
+    pub fn of(start: &[u8], bytes: usize, kind: Payload) -> ShownPayload {
+        let cut = start.len() < bytes;
+        let text = match std::str::from_utf8(start) {
+            Ok(text) => Some(text),
+            Err(e) if cut && e.error_len().is_none() => {
+                std::str::from_utf8(&start[..e.valid_up_to()]).ok()
+            }
+            Err(_) => None,
+        };
+        let Some(text) = text else {
+            return ShownPayload {
+                text: crate::broker::layout::peek::base64_of(
+                    &start[..start.len().min(BASE64_SHOWN)],
+                ),
+                base64: true,
+                truncated: bytes > BASE64_SHOWN,
+                bytes,
+            };
+        };
+        let json = (kind == Payload::JsonArgs && !cut)
+            .then(|| serde_json::from_str::<serde_json::Value>(text).ok())
+            .flatten();
+        let full = json.map_or_else(|| text.to_owned(), |v| v.to_string());
+        ShownPayload {
+            truncated: cut || full.chars().count() > PAYLOAD_SHOWN,
+            text: full.chars().take(PAYLOAD_SHOWN).collect(),
+            base64: false,
+            bytes,
+        }
+    }
+}
+
+/// `payload=<text>` (`payload_base64=<base64>`), the text with control and invisible
+/// characters and backslashes escaped as Rust does (`\t`, `\n`, `\u{202e}`), so that it
+/// stays on its line and its field; cut short: `... (N bytes)`.
+impl fmt::Display for ShownPayload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = if self.base64 {
+            "payload_base64"
+        } else {
+            "payload"
+        };
+        write!(f, "{name}=")?;
+        for c in self.text.chars() {
+            match c {
+                '"' | '\'' => write!(f, "{c}")?,
+                c => write!(f, "{}", c.escape_debug())?,
+            }
+        }
+        if self.truncated {
+            write!(f, "... ({} bytes)", self.bytes)?;
+        }
+        Ok(())
+    }
+}
+
+/// `"payload"` (or `"payload_base64"`), `"payload_truncated"`, `"payload_bytes"`.
+fn serialize_payload<S: serde::ser::SerializeStruct>(
+    p: &ShownPayload,
+    s: &mut S,
+) -> std::result::Result<(), S::Error> {
+    if p.base64 {
+        s.serialize_field("payload", &None::<String>)?;
+        s.serialize_field("payload_base64", &p.text)?;
+    } else {
+        s.serialize_field("payload", &p.text)?;
+        s.serialize_field("payload_base64", &None::<String>)?;
+    }
+    s.serialize_field("payload_truncated", &p.truncated)?;
+    s.serialize_field("payload_bytes", &p.bytes)
+}
+
 /// One dead-lettered row, as `list` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadJob {
     /// The row's id (its id in the outbox table when it died).
     pub id: i64,
@@ -72,21 +170,57 @@ pub struct DeadJob {
     pub created_at: RowTime,
     /// When it was dead-lettered.
     pub dead_at: RowTime,
+    /// Its payload, as the layout's runner reads it.
+    pub payload: ShownPayload,
+}
+
+/// A row of the dead-letter table as read.
+#[derive(sqlx::FromRow)]
+struct DeadRow {
+    id: i64,
+    uuid: uuid::Uuid,
+    queue: String,
+    job_type: String,
+    attempts: i32,
+    last_error: Option<String>,
+    created_at: RowTime,
+    dead_at: RowTime,
+    payload: Vec<u8>,
+    payload_bytes: i32,
+}
+
+impl Serialize for DeadJob {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("DeadJob", 12)?;
+        st.serialize_field("id", &self.id)?;
+        st.serialize_field("uuid", &self.uuid)?;
+        st.serialize_field("queue", &self.queue)?;
+        st.serialize_field("job_type", &self.job_type)?;
+        st.serialize_field("attempts", &self.attempts)?;
+        st.serialize_field("last_error", &self.last_error)?;
+        st.serialize_field("created_at", &self.created_at)?;
+        st.serialize_field("dead_at", &self.dead_at)?;
+        serialize_payload(&self.payload, &mut st)?;
+        st.end()
+    }
 }
 
 /// One line of `dead-letter list`: id, uuid, queue, job type, `attempts=N`,
-/// `created_at=<RowTime>`, then the last error (free text, last), separated by tabs.
+/// `created_at=<RowTime>`, the payload ([`ShownPayload`]), then the last error (free text,
+/// last), separated by tabs.
 impl fmt::Display for DeadJob {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}\t{}\t{}\t{}\tattempts={}\tcreated_at={}\t{}",
+            "{}\t{}\t{}\t{}\tattempts={}\tcreated_at={}\t{}\t{}",
             self.id,
             self.uuid,
             self.queue,
             self.job_type,
             self.attempts,
             self.created_at,
+            self.payload,
             self.last_error.as_deref().unwrap_or("")
         )
     }
@@ -203,22 +337,50 @@ impl fmt::Display for Requeued {
     }
 }
 
-/// Dead-lettered rows, oldest id first.
+/// Dead-lettered rows, oldest id first, their payloads shown as `layout`'s runner reads them.
+/// Only the start of a payload leaves Postgres: what [`PAYLOAD_SHOWN`] characters take, or
+/// 64 KiB of JSON (a longer JSON payload is shown as stored, not compacted).
 pub async fn list(
     pool: &PgPool,
     table: &TableName,
+    layout: LayoutKind,
     queue: Option<&str>,
     limit: i64,
 ) -> Result<Vec<DeadJob>> {
-    Ok(sqlx::query_as(&format!(
-        "SELECT id, uuid, queue, job_type, attempts, last_error, created_at, dead_at
+    // JSON is compacted from its start: whitespace may take more bytes than are shown.
+    let read = match layout.layout().payload() {
+        Payload::Opaque => PAYLOAD_SHOWN * 4,
+        Payload::JsonArgs => 64 * 1024,
+    };
+    let rows: Vec<DeadRow> = sqlx::query_as(&format!(
+        "SELECT id, uuid, queue, job_type, attempts, last_error, created_at, dead_at,
+                substring(payload FROM 1 FOR $3) AS payload, length(payload) AS payload_bytes
          FROM {} WHERE ($1::text IS NULL OR queue = $1) ORDER BY id LIMIT $2",
         table.dead()
     ))
     .bind(queue)
     .bind(limit.max(0))
+    .bind(read as i32)
     .fetch_all(pool)
-    .await?)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| DeadJob {
+            id: r.id,
+            uuid: r.uuid,
+            queue: r.queue,
+            job_type: r.job_type,
+            attempts: r.attempts,
+            last_error: r.last_error,
+            created_at: r.created_at,
+            dead_at: r.dead_at,
+            payload: ShownPayload::of(
+                &r.payload,
+                usize::try_from(r.payload_bytes).unwrap_or_default(),
+                layout.layout().payload(),
+            ),
+        })
+        .collect())
 }
 
 /// Moves the selected rows back into the outbox table, keeping the job (uuid, queue, job type,
@@ -270,4 +432,46 @@ pub async fn purge(pool: &PgPool, table: &TableName, sel: &Selection) -> Result<
         .execute(pool)
         .await?
         .rows_affected())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shown(payload: &[u8], kind: Payload) -> String {
+        ShownPayload::of(payload, payload.len(), kind).to_string()
+    }
+
+    #[test]
+    fn a_payload_is_shown_as_the_runner_reads_it_on_one_line() {
+        assert_eq!(
+            shown(b"[1, \"a\"]\n", Payload::JsonArgs),
+            r#"payload=[1,"a"]"#
+        );
+        assert_eq!(
+            shown(b"[1, \"a\"]\n", Payload::Opaque),
+            r#"payload=[1, "a"]\n"#
+        );
+        assert_eq!(
+            shown(b"not\tjson\x1b[31m \\ \xe2\x80\xae", Payload::JsonArgs),
+            r"payload=not\tjson\u{1b}[31m \\ \u{202e}"
+        );
+        assert_eq!(shown(&[0xff, 0], Payload::Opaque), "payload_base64=/wA=");
+    }
+
+    #[test]
+    fn a_long_payload_is_cut_and_says_its_size() {
+        let long = "é".repeat(300);
+        let p = ShownPayload::of(long.as_bytes(), long.len(), Payload::Opaque);
+        assert_eq!(
+            (p.text.chars().count(), p.truncated, p.bytes),
+            (200, true, 600)
+        );
+        assert!(p.to_string().ends_with("é... (600 bytes)"), "{p}");
+        // Only a start read from Postgres, a character cut in two at its end.
+        let p = ShownPayload::of(&long.as_bytes()[..11], 600, Payload::JsonArgs);
+        assert_eq!((p.text.as_str(), p.truncated), ("ééééé", true));
+        let p = ShownPayload::of(&[0xff; 400], 400, Payload::Opaque);
+        assert_eq!((p.text.len(), p.truncated, p.base64), (200, true, true));
+    }
 }

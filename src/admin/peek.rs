@@ -23,6 +23,23 @@ pub enum PeekError {
     /// The layout keeps no such jobs (a usage error: exit 2).
     #[error(transparent)]
     NoShelf(#[from] NoShelf),
+    /// Every job read is undecodable in the layout asked for, and decodes in another layout
+    /// that keeps these jobs under the same key (a usage error: exit 2).
+    #[error(
+        "the jobs in {key} are not the {layout} layout's ({why}); they decode as the {}: pass {}",
+        layouts_phrase(others),
+        others.iter().map(|l| format!("--layout {l}")).collect::<Vec<_>>().join(" or ")
+    )]
+    OtherLayout {
+        /// The key read.
+        key: String,
+        /// The layout asked for.
+        layout: LayoutKind,
+        /// Why its decoder refused the first job.
+        why: String,
+        /// The layouts whose decoders take every job read (at least one).
+        others: Vec<LayoutKind>,
+    },
     /// Redis failed a read.
     #[error("reading {key}: {source}")]
     Redis {
@@ -61,7 +78,49 @@ pub struct Page {
     pub jobs: Vec<Peeked>,
 }
 
+/// `sidekiq layout's`, `sidekiq or celery layout's`.
+fn layouts_phrase(layouts: &[LayoutKind]) -> String {
+    let names: Vec<String> = layouts.iter().map(ToString::to_string).collect();
+    format!("{} layout's", names.join(" or "))
+}
+
+/// When every entry read (at least one) is undecodable in `layout`: the other layouts that keep
+/// `wanted` under the same key as encoded jobs and decode every entry with a uuid; empty when
+/// none does (the entries are then shown as undecodable) or some entry is `layout`'s.
+fn other_layouts(
+    layout: LayoutKind,
+    namespace: &str,
+    wanted: &Wanted,
+    shelf: &Shelf,
+    read: &[Vec<u8>],
+) -> Vec<LayoutKind> {
+    let undecodable = |d: &Decoded| d.get("undecodable").is_some();
+    let mine = layout.layout().peek();
+    if read.is_empty()
+        || shelf.entries != Entries::Messages
+        || !read
+            .iter()
+            .all(|r| undecodable(&mine.decode(Stored::Message(r))))
+    {
+        return Vec::new();
+    }
+    LayoutKind::ALL
+        .into_iter()
+        .filter(|&other| other != layout)
+        .filter(|other| {
+            let peek = other.layout().peek();
+            shelf_of(peek, namespace, wanted).is_ok_and(|s| {
+                s.key == shelf.key && s.kind == shelf.kind && s.entries == Entries::Messages
+            }) && read.iter().all(|r| {
+                let d = peek.decode(Stored::Message(r));
+                !undecodable(&d) && d.uuid.is_some()
+            })
+        })
+        .collect()
+}
+
 /// Reads at most `limit` jobs of `wanted` in `layout` under `namespace`, writing nothing.
+/// [`PeekError::OtherLayout`] when what it read is another layout's jobs.
 pub async fn peek<C: ConnectionLike + Send>(
     con: &mut C,
     layout: LayoutKind,
@@ -76,6 +135,8 @@ pub async fn peek<C: ConnectionLike + Send>(
         source,
     };
     let mut jobs = Vec::new();
+    // The first entries read, to tell another layout's jobs.
+    let mut read: Vec<Vec<u8>> = Vec::new();
     let total: u64;
     match shelf.kind {
         ShelfKind::List(end) => {
@@ -99,6 +160,7 @@ pub async fn peek<C: ConnectionLike + Send>(
             if end == End::Right {
                 raw.reverse();
             }
+            read.clone_from(&raw);
             let entries: Vec<(Vec<u8>, Option<f64>)> = raw.into_iter().map(|r| (r, None)).collect();
             jobs = decode_all(con, peek, &shelf, entries, 0).await?;
         }
@@ -127,6 +189,9 @@ pub async fn peek<C: ConnectionLike + Send>(
                     break;
                 }
                 let n = raw.len();
+                if start == 0 {
+                    read = raw.iter().take(limit).map(|(m, _)| m.clone()).collect();
+                }
                 let entries = raw.into_iter().map(|(m, s)| (m, Some(s))).collect();
                 for p in decode_all(con, peek, &shelf, entries, start).await? {
                     let wanted = shelf.only_queue.as_deref();
@@ -137,6 +202,23 @@ pub async fn peek<C: ConnectionLike + Send>(
                 start += n;
             }
         }
+    }
+    let others = other_layouts(layout, namespace, wanted, &shelf, &read);
+    if !others.is_empty() {
+        let why = layout
+            .layout()
+            .peek()
+            .decode(Stored::Message(&read[0]))
+            .get("undecodable")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        return Err(PeekError::OtherLayout {
+            key: shelf.key,
+            layout,
+            why,
+            others,
+        });
     }
     // A job hash need not name its queue: the shelf's is.
     if let Wanted::Queue(q) | Wanted::Scheduled(Some(q)) = wanted {

@@ -95,7 +95,7 @@ impl RedisSink {
                         what: "redis push",
                         after: self.push_timeout,
                     }))?;
-                safety::note_once(&found);
+                safety::note_once(&found, safety.allow_eviction);
                 *self.eviction.last.lock().expect("not poisoned") =
                     Some((Instant::now(), found.clone()));
                 found

@@ -73,8 +73,10 @@ impl Eviction {
 }
 
 /// Logs once per process what the relay found of the policy when it is not plain
-/// `noeviction`: that it cannot tell, or that an evicting policy is accepted.
-pub(crate) fn note_once(eviction: &Eviction) {
+/// `noeviction`: that it cannot tell, or that an evicting policy is accepted because `allow`
+/// (`--redis-allow-eviction`) says so. An evicting policy that is not allowed is refused, not
+/// noted here: the refusal is logged as a Redis episode (reason `eviction policy`).
+pub(crate) fn note_once(eviction: &Eviction, allow: bool) {
     use std::sync::atomic::{AtomicBool, Ordering};
     static CANNOT_TELL: AtomicBool = AtomicBool::new(false);
     static ACCEPTED: AtomicBool = AtomicBool::new(false);
@@ -86,6 +88,7 @@ pub(crate) fn note_once(eviction: &Eviction) {
                     "cannot tell redis's maxmemory-policy; relaying as if it were noeviction (make sure it is)");
             }
         }
+        Eviction::Evicts(_) if !allow => {}
         Eviction::Evicts(policy) => {
             if !ACCEPTED.swap(true, Ordering::AcqRel) {
                 tracing::warn!(policy = %policy,
@@ -239,7 +242,7 @@ pub(crate) async fn writable<C: ConnectionLike + Send>(
     }
     let eviction = eviction_policy(con).await?;
     eviction.refused(safety.allow_eviction)?;
-    note_once(&eviction);
+    note_once(&eviction, safety.allow_eviction);
     Ok(eviction)
 }
 

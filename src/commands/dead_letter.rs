@@ -21,7 +21,9 @@ pub(super) async fn run(config: &Config, cmd: DeadLetterCommand) -> Result<ExitC
     };
     match cmd {
         DeadLetterCommand::List { queue, limit, json } => {
-            let rows = dead_letter::list(&pool, &config.table, queue.as_deref(), limit).await;
+            let rows =
+                dead_letter::list(&pool, &config.table, config.layout, queue.as_deref(), limit)
+                    .await;
             let rows = missing_or(config, rows, "listing dead letters")?;
             let rows = match rows {
                 Ok(rows) => rows,

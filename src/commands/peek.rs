@@ -9,7 +9,8 @@ use jobrelay::config::cli::PeekArgs;
 use jobrelay::config::Config;
 
 /// Prints the jobs `args` name: a block of lines per job, or one JSON object per line; a
-/// summary line on stderr. Exit 2 when the layout keeps no such jobs.
+/// summary line on stderr. Exit 2 when the layout keeps no such jobs, or what it
+/// read is another layout's jobs (naming the `--layout` to pass).
 pub(super) async fn run(config: &Config, args: PeekArgs) -> Result<ExitCode> {
     let wanted = if let Some(u) = args.children_of {
         Wanted::Children(u.hyphenated().to_string())
@@ -34,8 +35,8 @@ pub(super) async fn run(config: &Config, args: PeekArgs) -> Result<ExitCode> {
     .await
     {
         Ok(page) => page,
-        Err(PeekError::NoShelf(why)) => {
-            eprintln!("jobrelay: {why}");
+        Err(e @ (PeekError::NoShelf(_) | PeekError::OtherLayout { .. })) => {
+            eprintln!("jobrelay: {e}");
             return Ok(ExitCode::from(2));
         }
         Err(e) => return Err(e.into()),

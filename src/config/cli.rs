@@ -114,8 +114,9 @@ pub struct Flags {
     /// Failed attempts before a row is dead-lettered [env: JOBRELAY_MAX_ATTEMPTS] [default: 25]
     #[arg(long, global = true, help_heading = RELAY, value_name = "N")]
     pub max_attempts: Option<String>,
-    /// Lifetime of the dedup marker `jobs:<uuid>`; 0 = never expires [env: JOBRELAY_DEDUP_TTL] [default: 15m]
-    #[arg(long, global = true, help_heading = RELAY, value_name = "DURATION")]
+    /// Lifetime of a relayed uuid's dedup marker (the help names each layout's)
+    #[arg(long, global = true, help_heading = RELAY, value_name = "DURATION",
+          help = dedup_ttl_help())]
     pub dedup_ttl: Option<String>,
     /// Metrics and probes listener, or `off` [env: JOBRELAY_HTTP_ADDR] [default: 0.0.0.0:9898]
     #[arg(long, global = true, help_heading = RELAY, value_name = "ADDR")]
@@ -240,6 +241,28 @@ fn namespace_help() -> String {
 }
 
 /// `--layout`'s help, listing the layouts as `LayoutKind::ALL` has them.
+/// `--dedup-ttl`'s help: each layout's marker (docs/layouts/markers.md), a key of its own or
+/// a member of a set that lives up to twice the TTL.
+fn dedup_ttl_help() -> String {
+    let (mut keys, mut sets) = (Vec::new(), Vec::new());
+    for k in crate::broker::layout::LayoutKind::ALL {
+        let layout = k.layout();
+        let infix = layout.marker_infix();
+        if layout.marks_in_sets() {
+            sets.push(format!("<ns>{infix}marks:<ttl>:<interval>:<digit> ({k})"));
+        } else {
+            keys.push(format!("<ns>{infix}<uuid> ({k})"));
+        }
+    }
+    format!(
+        "Lifetime of a relayed uuid's dedup marker: the key {}; a member of the set {}, kept \
+         at least this long and less than twice; 0 = never expires [env: JOBRELAY_DEDUP_TTL] \
+         [default: 15m]",
+        keys.join(", "),
+        sets.join(", ")
+    )
+}
+
 fn layout_help() -> String {
     let names: Vec<&str> = crate::broker::layout::LayoutKind::ALL
         .iter()

@@ -102,14 +102,27 @@ impl<S: JobSink> Batcher<S> {
         }
         if !dead.is_empty() {
             let n = dead.len() as u64;
-            let first = dead[0].error.clone();
+            // Named in the log line: the first ones only, their errors kept before the move.
+            let named: Vec<(uuid::Uuid, i64, String)> = dead
+                .iter()
+                .take(events::DEAD_ROWS_NAMED)
+                .map(|f| (f.row.uuid, f.row.id, f.error.clone()))
+                .collect();
             self.hand_back(conn, &self.queries.dead_letter, dead)
                 .await?;
             report.handed_back += n;
             report.dead_lettered += n;
+            let first: Vec<events::DeadRow<'_>> = named
+                .iter()
+                .map(|(uuid, id, error)| events::DeadRow {
+                    uuid: *uuid,
+                    id: *id,
+                    error,
+                })
+                .collect();
             events::RowsDeadLettered {
                 rows: n,
-                first_error: &first,
+                first: &first,
             }
             .emit();
         }

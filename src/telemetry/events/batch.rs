@@ -159,19 +159,64 @@ impl Event for LateJobsRepaired {
     }
 }
 
-/// Failed rows moved to the dead-letter table (WARN, `jobrelay_jobs_dead_lettered_total`).
+/// Rows named one by one in [`RowsDeadLettered`]'s `jobs`; the rest are counted.
+pub const DEAD_ROWS_NAMED: usize = 10;
+
+/// Characters of one row's reason in [`RowsDeadLettered`]'s `jobs`; a longer one is cut
+/// (ending in `...`).
+pub const DEAD_REASON_CHARS: usize = 300;
+
+/// One dead-lettered row: its uuid, its id, why.
+#[derive(Debug)]
+pub struct DeadRow<'a> {
+    /// The job's uuid.
+    pub uuid: Uuid,
+    /// The row's id (kept in the dead-letter table: `dead-letter requeue --id`).
+    pub id: i64,
+    /// Why it was dead-lettered (its last error).
+    pub error: &'a str,
+}
+
+/// Failed rows moved to the dead-letter table (WARN, `jobrelay_jobs_dead_lettered_total`):
+/// `rows`, and `jobs` naming each of the first [`DEAD_ROWS_NAMED`] rows
+/// (`<uuid> (id <id>): <error>`, the error cut at [`DEAD_REASON_CHARS`], separated by `; `),
+/// then `and N more`.
 #[derive(Debug)]
 pub struct RowsDeadLettered<'a> {
     /// How many.
     pub rows: u64,
-    /// The first one's error.
-    pub first_error: &'a str,
+    /// The first ones, in the order they were moved (only the first [`DEAD_ROWS_NAMED`] are
+    /// named).
+    pub first: &'a [DeadRow<'a>],
+}
+
+impl RowsDeadLettered<'_> {
+    /// The `jobs` field.
+    fn jobs(&self) -> String {
+        let mut named: Vec<String> = self
+            .first
+            .iter()
+            .take(DEAD_ROWS_NAMED)
+            .map(|r| {
+                let mut error: String = r.error.chars().take(DEAD_REASON_CHARS).collect();
+                if r.error.chars().nth(DEAD_REASON_CHARS).is_some() {
+                    error.push_str("...");
+                }
+                format!("{} (id {}): {error}", r.uuid, r.id)
+            })
+            .collect();
+        let more = self.rows.saturating_sub(named.len() as u64);
+        if more > 0 {
+            named.push(format!("and {more} more"));
+        }
+        named.join("; ")
+    }
 }
 
 impl Event for RowsDeadLettered<'_> {
     fn emit(self) {
         metrics::dead_lettered(self.rows);
-        tracing::warn!(rows = self.rows, first_error = %self.first_error,
+        tracing::warn!(rows = self.rows, jobs = %self.jobs(),
             "rows moved to the dead-letter table");
     }
 }
@@ -252,5 +297,42 @@ impl Event for BatchSettledApart<'_> {
             not_handed_back = self.not_handed_back,
             error = %redact::scrub(&self.error.to_string()),
             "hand-back failed: the acknowledged rows deleted on their own, the rest left pending as they were");
+    }
+}
+
+#[cfg(test)]
+mod dead_rows_tests {
+    use super::*;
+
+    #[test]
+    fn the_dead_rows_are_named_up_to_the_bound_then_counted() {
+        let long = "x".repeat(DEAD_REASON_CHARS + 5);
+        let first: Vec<DeadRow<'_>> = (0..DEAD_ROWS_NAMED as i64)
+            .map(|id| DeadRow {
+                uuid: Uuid::nil(),
+                id,
+                error: if id == 0 { &long } else { "refused" },
+            })
+            .collect();
+        let jobs = RowsDeadLettered {
+            rows: 13,
+            first: &first,
+        }
+        .jobs();
+        let entries: Vec<&str> = jobs.split("; ").collect();
+        assert_eq!(entries.len(), DEAD_ROWS_NAMED + 1, "{jobs}");
+        let cut = format!(
+            "{} (id 0): {}...",
+            Uuid::nil(),
+            "x".repeat(DEAD_REASON_CHARS)
+        );
+        assert_eq!(entries[0], cut);
+        assert_eq!(entries[1], format!("{} (id 1): refused", Uuid::nil()));
+        assert_eq!(entries[DEAD_ROWS_NAMED], "and 3 more");
+        let one = RowsDeadLettered {
+            rows: 1,
+            first: &first[1..2],
+        };
+        assert_eq!(one.jobs(), format!("{} (id 1): refused", Uuid::nil()));
     }
 }

@@ -27,8 +27,9 @@ pub use self::backlog::{
     HORIZON_WARN_AFTER,
 };
 pub use self::batch::{
-    BatchAnswered, BatchCommitted, BatchSettledApart, Failures, JobAnswered, LateJob,
-    LateJobsRepaired, OversizeRowsDeadLettered, PushFailed, RowsDeadLettered,
+    BatchAnswered, BatchCommitted, BatchSettledApart, DeadRow, Failures, JobAnswered, LateJob,
+    LateJobsRepaired, OversizeRowsDeadLettered, PushFailed, RowsDeadLettered, DEAD_REASON_CHARS,
+    DEAD_ROWS_NAMED,
 };
 pub use self::dependency::{
     BatchesFailing, BatchesSucceedAgain, DependencyConnected, DependencyDown, DependencyRecovered,

@@ -389,6 +389,10 @@ async fn assert_dead_letter_list_filters(db: &str) {
             "id",
             "job_type",
             "last_error",
+            "payload",
+            "payload_base64",
+            "payload_bytes",
+            "payload_truncated",
             "queue",
             "uuid"
         ]
@@ -491,4 +495,150 @@ async fn a_row_with_an_unknown_option_is_dead_lettered_naming_it_and_the_next_fl
     assert_eq!(layout.llen(&ns, "default").await, 2, "the others flow");
     let (code, _) = relay.terminate(Duration::from_secs(30)).await;
     assert_eq!(code, Some(0));
+}
+
+/// A row refused for its payload (the sidekiq layout takes a JSON array of arguments):
+/// dead-lettered at its first attempt, `dead-letter list` shows the payload as the layout
+/// reads it (text and JSON, escaped to stay on its line); requeued unfixed it is dead-lettered
+/// again after one attempt (docs/runbook.md#jobrelaydeadlettersgrowing), fixed with UPDATE and
+/// requeued it runs.
+#[sqlx::test]
+async fn a_row_refused_for_its_payload_is_listed_with_it_fixed_and_requeued(pool: PgPool) {
+    let ns = Namespace::new();
+    let db = database_url_of(&pool).await;
+    let env = [
+        ("DATABASE_URL", db.as_str()),
+        ("REDIS_URL", ns.url.as_str()),
+        ("JOBRELAY_NAMESPACE", ns.prefix.as_str()),
+        ("JOBRELAY_LAYOUT", "sidekiq"),
+    ];
+    // The sweep's summary line (it exits 1 when it left rows undelivered).
+    let sweep = || async {
+        let (_, out, err) = run_relay(&["--sweep", "--older-than", "0s"], &env).await;
+        assert!(out.starts_with("sweep: claimed=1 "), "{out}{err}");
+        out
+    };
+    sqlx::query(
+        "INSERT INTO pending_jobs (queue, job_type, payload)
+         VALUES ('billing', 'Charge', convert_to(E'invoice\t42\n', 'UTF8'))",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let dead = || async {
+        sqlx::query_as::<_, (i64, i32, String)>(
+            "SELECT id, attempts, last_error FROM pending_jobs_dead",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
+    for round in ["first", "requeued unfixed"] {
+        assert!(sweep().await.trim_end().ends_with(" dead_lettered=1"));
+        let rows = dead().await;
+        assert_eq!(rows.len(), 1, "{round}: {rows:?}");
+        assert_eq!(rows[0].1, 1, "{round}: dead-lettered after one attempt");
+        assert!(
+            rows[0].2.contains("does not fit the sidekiq layout"),
+            "{rows:?}"
+        );
+        if round == "first" {
+            let (code, out, err) = run_relay(&["dead-letter", "requeue", "--all"], &env).await;
+            assert_eq!((code, out.trim()), (0, "requeued 1 rows"), "{err}");
+        }
+    }
+    let id = dead().await[0].0.to_string();
+
+    let (code, out, err) = run_relay(&["dead-letter", "list"], &env).await;
+    assert_eq!(code, 0, "{err}");
+    let fields: Vec<&str> = out.trim_end_matches('\n').split('\t').collect();
+    assert_eq!(fields.len(), 8, "one line, 8 fields: {out:?}");
+    assert_eq!(fields[6], r"payload=invoice\t42\n", "{out:?}");
+    let (code, out, err) = run_relay(&["dead-letter", "list", "--json"], &env).await;
+    assert_eq!(code, 0, "{err}");
+    let row: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(row["payload"], "invoice\t42\n", "{row}");
+    assert_eq!(row["payload_bytes"], 11, "{row}");
+    assert_eq!(row["payload_truncated"], false, "{row}");
+
+    sqlx::query("UPDATE pending_jobs_dead SET payload = convert_to('[42]', 'UTF8') WHERE id = $1")
+        .bind(dead().await[0].0)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let (code, out, err) = run_relay(&["dead-letter", "list"], &env).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.split('\t').nth(6), Some("payload=[42]"), "{out}");
+    let (code, out, err) = run_relay(&["dead-letter", "requeue", "--id", &id], &env).await;
+    assert_eq!((code, out.trim()), (0, "requeued 1 rows"), "{err}");
+    assert!(sweep().await.contains(" queued=1 "));
+    assert!(dead().await.is_empty());
+    let jobs: Vec<String> = ns.lrange("queue:billing").await;
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    let job: serde_json::Value = serde_json::from_str(&jobs[0]).unwrap();
+    assert_eq!(
+        (job["class"].as_str(), &job["args"]),
+        (Some("Charge"), &serde_json::json!([42]))
+    );
+}
+
+/// The log line of a batch's dead letters names each row, its uuid, id and reason, not only
+/// the first one's error; at most 10 of them, then how many more (docs/metrics.md#logs).
+#[sqlx::test]
+async fn the_dead_letter_log_line_names_each_row_and_its_reason(pool: PgPool) {
+    let ns = Namespace::new();
+    let db = database_url_of(&pool).await;
+    let env = [
+        ("DATABASE_URL", db.as_str()),
+        ("REDIS_URL", ns.url.as_str()),
+        ("JOBRELAY_NAMESPACE", ns.prefix.as_str()),
+        ("JOBRELAY_LAYOUT", "sidekiq"),
+    ];
+    // 12 rows the sidekiq layout refuses, for two reasons in turn.
+    sqlx::query(
+        "INSERT INTO pending_jobs (queue, job_type, payload)
+         SELECT 'billing', 'Charge',
+                convert_to(CASE WHEN i % 2 = 0 THEN '{\"a\": 1}' ELSE 'not json' END, 'UTF8')
+         FROM generate_series(1, 12) AS i",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let rows: Vec<(i64, uuid::Uuid)> =
+        sqlx::query_as("SELECT id, uuid FROM pending_jobs ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let (_, out, err) = run_relay(
+        &["--sweep", "--older-than", "0s", "--log-format", "json"],
+        &env,
+    )
+    .await;
+    assert!(out.contains(" dead_lettered=12"), "{out}{err}");
+    let events: Vec<serde_json::Value> = err
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|e: &serde_json::Value| e["message"] == "rows moved to the dead-letter table")
+        .collect();
+    assert_eq!(events.len(), 1, "{err}");
+    assert_eq!(events[0]["rows"], 12, "{err}");
+    let jobs = events[0]["jobs"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{err}"));
+    let entries: Vec<&str> = jobs.split("; ").collect();
+    assert_eq!(entries.len(), 11, "{jobs}");
+    for (i, (id, uuid)) in rows.iter().take(10).enumerate() {
+        let entry = entries[i];
+        assert!(entry.starts_with(&format!("{uuid} (id {id}): ")), "{entry}");
+        let reason = if i % 2 == 1 {
+            "an object, not an array"
+        } else {
+            "JSON"
+        };
+        assert!(
+            entry.contains("does not fit the sidekiq layout") && entry.contains(reason),
+            "{i}: {entry}"
+        );
+    }
+    assert_eq!(entries[10], "and 2 more", "{jobs}");
 }

@@ -111,3 +111,26 @@ async fn a_missing_table_is_one_line_naming_migrate(pool: PgPool) {
     let (code, _, err) = run_relay(&["dead-letter", "list"], &env).await;
     one_line(code, &err, "pending_jobs_dead\" does not exist");
 }
+
+/// `--help`'s `--dedup-ttl` names the marker of every layout, as docs/layouts/markers.md and
+/// the runners' pages do (a key of its own, or a member of a set), not one layout's.
+#[tokio::test]
+async fn the_dedup_ttl_help_names_every_layouts_marker() {
+    let (code, help, err) = run_relay(&["--help"], &[]).await;
+    assert_eq!(code, 0, "{err}");
+    let line = help
+        .lines()
+        .find(|l| l.trim_start().starts_with("--dedup-ttl"))
+        .unwrap_or_else(|| panic!("{help}"));
+    for marker in [
+        "<ns>jobs:<uuid> (jobrelay)",
+        "<ns>jobrelay:job:<uuid> (conveyor)",
+        "<ns>jobrelay:sidekiq:<uuid> (sidekiq)",
+        "<ns>jobrelay:celery:<uuid> (celery)",
+        "<ns>jobrelay:bullmq:marks:<ttl>:<interval>:<digit> (bullmq)",
+        "<ns>jobrelay:rq:marks:<ttl>:<interval>:<digit> (rq)",
+    ] {
+        assert!(line.contains(marker), "{marker:?} not in {line}");
+    }
+    assert!(!line.contains("`jobs:<uuid>`"), "{line}");
+}

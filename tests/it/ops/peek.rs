@@ -232,3 +232,42 @@ async fn peek_shows_the_jobs_held_for_a_job(pool: PgPool) {
         "jobrelay: the sidekiq layout has no flows: no job holds children or heirs"
     );
 }
+
+/// Jobs of the sidekiq layout peeked without `--layout` (the jobrelay layout reads the same
+/// `queue:<q>` key): not a block of "undecodable" protobuf errors but one line naming the
+/// `--layout` to pass, exit 2; with it, the jobs. A key holding no layout's jobs is still shown
+/// entry by entry as undecodable.
+#[sqlx::test]
+async fn peek_names_the_layout_of_another_layouts_jobs(pool: PgPool) {
+    let (ns, db) = (Namespace::new(), database_url_of(&pool).await);
+    let sidekiq = env_of(&ns, TestLayout(LayoutKind::Sidekiq), &db);
+    insert_rows(&pool, 2, "other").await;
+    sweep(&sidekiq).await;
+    let default = [sidekiq[0], sidekiq[1], sidekiq[2]];
+    let key = ns.key("queue:other");
+
+    let (code, out, err) = run_relay(&["peek", "--queue", "other"], &default).await;
+    assert_eq!((code, out.as_str()), (2, ""), "{out}{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "jobrelay: the jobs in {key} are not the jobrelay layout's (not a jobrelay.v1.Job: "
+        )) && err
+            .trim_end()
+            .ends_with("; they decode as the sidekiq layout's: pass --layout sidekiq"),
+        "{err}"
+    );
+    let (code, jobs, err) = peek_json(&["--queue", "other", "--layout", "sidekiq"], &default).await;
+    assert_eq!((code, jobs.len()), (0, 2), "{err}");
+
+    let mut con = ns.con().await;
+    let _: () = redis::cmd("LPUSH")
+        .arg(ns.key("queue:junk"))
+        .arg(b"\x0f\xff".as_slice())
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let (code, jobs, err) = peek_json(&["--queue", "junk"], &default).await;
+    assert_eq!((code, jobs.len()), (0, 1), "{err}");
+    assert!(jobs[0]["job"]["undecodable"].is_string(), "{jobs:?}");
+}

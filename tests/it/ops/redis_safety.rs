@@ -108,6 +108,28 @@ async fn an_evicting_redis_gets_no_job_until_it_stops_evicting(pool: PgPool) {
         episodes[1],
         ("redis recovered".to_owned(), "eviction policy".to_owned())
     );
+    // The refusal is what the log says happened, once for the episode, naming the policy;
+    // nothing else: no note that the evicting policy was accepted (no --redis-allow-eviction).
+    let refusals: Vec<String> = d
+        .events()
+        .into_iter()
+        .filter(|e| e["reason"] == "eviction policy" && e["message"] != "redis recovered")
+        .map(|e| e["error"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(refusals.len(), 1, "{refusals:#?}");
+    assert!(refusals[0].contains("allkeys-lru"), "{refusals:#?}");
+    let policy_notes: Vec<String> = d
+        .events()
+        .into_iter()
+        .filter(|e| {
+            e["policy"].is_string()
+                || e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("relaying anyway"))
+        })
+        .map(|e| e.to_string())
+        .collect();
+    assert!(policy_notes.is_empty(), "{policy_notes:#?}");
     assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
 }
 

@@ -113,7 +113,18 @@ pub(super) fn batch_cases() -> Vec<Case> {
             || {
                 RowsDeadLettered {
                     rows: 2,
-                    first_error: "refused 25 times",
+                    first: &[
+                        DeadRow {
+                            uuid: Uuid::nil(),
+                            id: 7,
+                            error: "refused 25 times",
+                        },
+                        DeadRow {
+                            uuid: Uuid::max(),
+                            id: 8,
+                            error: "too large",
+                        },
+                    ],
                 }
                 .emit()
             },
