@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use base64::Engine as _;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Serialize, Serializer};
 use sqlx::postgres::{PgTypeInfo, PgValueRef, Postgres};
@@ -90,9 +91,8 @@ impl ShownPayload {
         };
         let Some(text) = text else {
             return ShownPayload {
-                text: crate::broker::layout::peek::base64_of(
-                    &start[..start.len().min(BASE64_SHOWN)],
-                ),
+                text: base64::engine::general_purpose::STANDARD
+                    .encode(&start[..start.len().min(BASE64_SHOWN)]),
                 base64: true,
                 truncated: bytes > BASE64_SHOWN,
                 bytes,
