@@ -92,12 +92,18 @@ test('a custom jobId is the job.id the worker sees; the same id added again runs
     assert.equal(job.id, id);
   }
   const last = await outbox.transaction((c) => invoices.add('last', {}, undefined, c));
-  await waitFor('the last job', () => runs.some((r) => r.id === last.id));
-  assert.deepEqual(
-    runs.map((r) => [r.id, r.data]),
-    [
-      [id, { attempt: 1 }],
-      [last.id, {}],
-    ],
+  // Every row relayed (the duplicate too), and both jobs run.
+  await waitFor(
+    'both jobs run, the outbox empty',
+    async () =>
+      runs.some((r) => r.id === last.id) &&
+      runs.some((r) => r.id === id) &&
+      (await outbox.pending()) === 0,
   );
+  // Once, from one of the two adds: the relay's workers may claim the two rows apart and push
+  // the second first (BullMQ's own add keeps the first; docs/producers/node.md says so).
+  const ofId = runs.filter((r) => r.id === id);
+  assert.equal(ofId.length, 1, JSON.stringify(runs));
+  assert.ok([1, 2].includes(ofId[0].data.attempt), JSON.stringify(runs));
+  assert.deepEqual(runs.map((r) => r.id).sort(), [id, last.id].sort());
 });
