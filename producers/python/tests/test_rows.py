@@ -14,6 +14,7 @@ import psycopg
 import pytest
 import sqlalchemy
 from celery import Celery
+from celery.result import AsyncResult
 from redis import Redis
 from rq import Retry
 from sqlalchemy.orm import scoped_session, sessionmaker
@@ -65,32 +66,26 @@ def test_celery_rows_in_a_flask_sqlalchemy_session(
     jobrelay.configure(transaction=db_session)
     record, routed = app.tasks["tasks.record"], app.tasks["tasks.routed"]
     eta = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
-    first = record.apply_async(
-        (1, {"a": [True, None]}),
-        {"when": datetime(2026, 1, 1, tzinfo=timezone.utc)},
-        eta=eta,
-        expires=eta + timedelta(hours=1),
-        headers={"traceparent": "00-1-2-01"},
-        priority=5,
-        ignore_result=True,
-        shadow="shown-as",
-    )
-    second = routed.delay()
+
+    def send() -> tuple[AsyncResult, AsyncResult]:
+        first = record.apply_async(
+            (1, {"a": [True, None]}),
+            {"when": datetime(2026, 1, 1, tzinfo=timezone.utc)},
+            eta=eta,
+            expires=eta + timedelta(hours=1),
+            headers={"traceparent": "00-1-2-01"},
+            priority=5,
+            ignore_result=True,
+            shadow="shown-as",
+        )
+        return first, routed.delay()
+
+    send()
     # A session autobegins: the first call began its transaction, which rolls back here.
     db_session.rollback()
     assert rows(database_url) == []
 
-    first = record.apply_async(
-        (1, {"a": [True, None]}),
-        {"when": datetime(2026, 1, 1, tzinfo=timezone.utc)},
-        eta=eta,
-        expires=eta + timedelta(hours=1),
-        headers={"traceparent": "00-1-2-01"},
-        priority=5,
-        ignore_result=True,
-        shadow="shown-as",
-    )
-    second = routed.delay()
+    first, second = send()
     db_session.commit()
     one, two = rows(database_url)
     assert one["uuid"] == first.id
