@@ -2,7 +2,10 @@
 //! with `retry: false` runs once and leaves no retry or dead-set entry; `retry: 0` goes to the
 //! dead set, unless `dead: false`; `retry: 2` is in the retry set after its first failure with
 //! `retry: 2` and `retry_count: 0`, on its `retry_queue`, with the `backtrace` lines it asked
-//! for and its `tags`; a custom key reaches the job. Each relayed job, as stored, equals the same
+//! for and its `tags`, is retried exactly twice (on `later`) and then lies in the dead set; a
+//! custom key reaches the job. Sidekiq waits 15 s and more before a retry: the test moves each
+//! retry's time to now with Sidekiq's own API (`SortedEntry#reschedule`), and the worker's own
+//! scheduler enqueues it, as it would when the time came. Each relayed job, as stored, equals the same
 //! job pushed by Sidekiq's own client (`Sidekiq::Client.push`) field by field, but for `jid`,
 //! `created_at` and `enqueued_at`.
 
@@ -138,7 +141,7 @@ async fn sidekiq_options_reach_the_job_and_the_worker_obeys_them(pool: PgPool) {
         .unwrap();
 
     // The worker: four jobs fail once each, one runs.
-    sidekiq.start(&["opts"], 2).await;
+    sidekiq.start(&["opts", "later"], 2).await;
     let ran = sidekiq.wait_for_runs(1, Duration::from_secs(60)).await;
     let failed = sidekiq.wait_for_failures(4, Duration::from_secs(60)).await;
     // Long enough for a retry that should not happen to show (Sidekiq's first retry waits
@@ -179,4 +182,45 @@ async fn sidekiq_options_reach_the_job_and_the_worker_obeys_them(pool: PgPool) {
     let dead = set_members(&redis.url(), "dead").await;
     let dead: Vec<&str> = dead.iter().map(name_of).collect();
     assert_eq!(dead, ["exhausted_kept"]);
+
+    // `retry: 2`: retried twice, each time when its retry falls due, then dead.
+    for retry in 1..=2 {
+        let due = format!("retry {retry} of `twice` waiting in the retry set");
+        wait_until(&due, Duration::from_secs(30), || async {
+            set_members(&redis.url(), "retry").await.len() == 1
+        })
+        .await;
+        sidekiq
+            .ruby("Sidekiq::RetrySet.new.each { |e| e.reschedule(Time.now.to_f) }")
+            .await;
+        let failed = sidekiq
+            .wait_for_failures(4 + retry, Duration::from_secs(60))
+            .await;
+        let again = failed.last().unwrap();
+        assert_eq!(name_of(&again.job), "twice");
+        assert_eq!(
+            again.job["queue"],
+            json!("later"),
+            "retried on its retry_queue"
+        );
+        assert_eq!(again.job["retry_count"], json!(retry - 1), "{}", again.job);
+    }
+    let exhausted = "`twice` in the dead set after its second retry";
+    wait_until(exhausted, Duration::from_secs(30), || async {
+        set_members(&redis.url(), "dead").await.len() == 2
+    })
+    .await;
+    let twice_runs = sidekiq
+        .failures()
+        .iter()
+        .filter(|r| name_of(&r.job) == "twice")
+        .count();
+    assert_eq!(twice_runs, 3, "`retry: 2`: the first run and two retries");
+    assert!(set_members(&redis.url(), "retry").await.is_empty());
+    let dead = set_members(&redis.url(), "dead").await;
+    let last = dead
+        .iter()
+        .find(|j| name_of(j) == "twice")
+        .expect("twice is dead");
+    assert_eq!(last["retry_count"], json!(2), "{last}");
 }
