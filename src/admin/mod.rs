@@ -1,6 +1,9 @@
-//! Operator commands: `status` and `dead-letter` (Postgres), `peek` (Redis).
+//! Operator commands: `status` and `dead-letter` (Postgres), `peek` and the queues' Redis side
+//! (Redis).
 
 pub mod dead_letter;
 #[cfg(feature = "daemon")]
 pub mod peek;
+#[cfg(feature = "daemon")]
+pub mod queues;
 pub mod status;

@@ -31,6 +31,8 @@
 //!   are not written.
 
 #[cfg(feature = "daemon")]
+mod consumers;
+#[cfg(feature = "daemon")]
 mod peek;
 
 use std::fmt::Write as _;
@@ -261,6 +263,11 @@ impl Layout for Bullmq {
 
     #[cfg(feature = "daemon")]
     fn peek(&self) -> &dyn super::peek::Peek {
+        self
+    }
+
+    #[cfg(feature = "daemon")]
+    fn consumers(&self) -> &dyn super::consumers::Consumers {
         self
     }
 

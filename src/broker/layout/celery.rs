@@ -33,6 +33,8 @@
 //!   rows wait in the outbox until their `run_at` is due ([`ClaimNeeds::holds_until_due`]) and go
 //!   out without an ETA.
 
+#[cfg(feature = "daemon")]
+mod consumers;
 mod options;
 #[cfg(feature = "daemon")]
 mod peek;
@@ -332,6 +334,11 @@ impl Layout for Celery {
 
     #[cfg(feature = "daemon")]
     fn peek(&self) -> &dyn super::peek::Peek {
+        self
+    }
+
+    #[cfg(feature = "daemon")]
+    fn consumers(&self) -> &dyn super::consumers::Consumers {
         self
     }
 

@@ -18,6 +18,8 @@
 //!   close of a child fails when its parent's record is gone.
 
 #[cfg(feature = "daemon")]
+mod consumers;
+#[cfg(feature = "daemon")]
 mod peek;
 
 use std::fmt::Write as _;
@@ -105,6 +107,11 @@ impl Layout for Conveyor {
 
     #[cfg(feature = "daemon")]
     fn peek(&self) -> &dyn super::peek::Peek {
+        self
+    }
+
+    #[cfg(feature = "daemon")]
+    fn consumers(&self) -> &dyn super::consumers::Consumers {
         self
     }
 

@@ -3,6 +3,8 @@
 //! `jobs:<parent>:active`, and the marker `jobs:<uuid>` holding the job.
 
 #[cfg(feature = "daemon")]
+mod consumers;
+#[cfg(feature = "daemon")]
 mod peek;
 
 use prost::Message;
@@ -40,6 +42,11 @@ impl Layout for Jobrelay {
 
     #[cfg(feature = "daemon")]
     fn peek(&self) -> &dyn super::peek::Peek {
+        self
+    }
+
+    #[cfg(feature = "daemon")]
+    fn consumers(&self) -> &dyn super::consumers::Consumers {
         self
     }
 

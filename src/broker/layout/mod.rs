@@ -14,6 +14,8 @@
 mod args_kwargs;
 mod bullmq;
 mod celery;
+#[cfg(feature = "daemon")]
+pub mod consumers;
 mod conveyor;
 mod jobrelay;
 #[cfg(feature = "daemon")]
@@ -157,6 +159,10 @@ pub trait Layout: Send + Sync + fmt::Debug {
     /// Where the layout keeps its jobs and how to read one back (`jobrelay peek`).
     #[cfg(feature = "daemon")]
     fn peek(&self) -> &dyn peek::Peek;
+
+    /// Who reads the layout's queues, as its runner records them in Redis.
+    #[cfg(feature = "daemon")]
+    fn consumers(&self) -> &dyn consumers::Consumers;
 
     /// The enqueue script's source.
     fn script(&self) -> &'static str;

@@ -32,6 +32,8 @@
 //!   naming a predecessor not yet relayed would run first; rows naming a parent or a predecessor
 //!   are [`Unfit`], and so is a payload that is neither a JSON array nor `{"args", "kwargs"}`.
 
+#[cfg(feature = "daemon")]
+mod consumers;
 mod options;
 #[cfg(feature = "daemon")]
 mod peek;
@@ -313,6 +315,11 @@ impl Layout for Rq {
 
     #[cfg(feature = "daemon")]
     fn peek(&self) -> &dyn super::peek::Peek {
+        self
+    }
+
+    #[cfg(feature = "daemon")]
+    fn consumers(&self) -> &dyn super::consumers::Consumers {
         self
     }
 

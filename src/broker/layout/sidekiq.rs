@@ -24,6 +24,8 @@
 //!   payload that is not a JSON array.
 
 #[cfg(feature = "daemon")]
+mod consumers;
+#[cfg(feature = "daemon")]
 mod peek;
 
 use std::fmt::Write as _;
@@ -349,6 +351,11 @@ impl Layout for Sidekiq {
 
     #[cfg(feature = "daemon")]
     fn peek(&self) -> &dyn super::peek::Peek {
+        self
+    }
+
+    #[cfg(feature = "daemon")]
+    fn consumers(&self) -> &dyn super::consumers::Consumers {
         self
     }
 

@@ -1,0 +1,16 @@
+//! The consumers of the jobrelay layout's queues (docs/redis-side.md): NOT YET WRITTEN.
+
+use super::super::consumers::{Consumers, Reading, Seen};
+use super::super::peek::Decoded;
+use super::Jobrelay;
+use crate::broker::connection::RedisConnection;
+
+impl Consumers for Jobrelay {
+    fn seen<'a>(&'a self, _con: &'a mut RedisConnection, _namespace: &'a str) -> Reading<'a, Seen> {
+        Box::pin(async { Ok(Seen::Unrecorded("not yet written")) })
+    }
+
+    fn enqueued_at(&self, _job: &Decoded) -> Option<f64> {
+        None
+    }
+}
