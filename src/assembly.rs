@@ -1,7 +1,7 @@
 //! The daemon's relay, assembled in one call: the relay's claim loop ([`crate::relay`]) with
 //! the broker's Redis sinks and probe ([`crate::broker`]) plugged into its seam
 //! ([`crate::sink`]): the probe, one Redis connection and sink per worker, the layout's
-//! housekeeping, the workers, the notification listener and the wake-up lock. The relay never
+//! housekeeping, the watch of the queues' Redis side, the workers, the notification listener and the wake-up lock. The relay never
 //! builds its sinks; this module is the one place that names both sides.
 
 use std::sync::Arc;
@@ -14,7 +14,9 @@ use tokio_util::task::TaskTracker;
 use crate::backoff::Backoff;
 use crate::broker::connection::{self, RedisConnection, RedisEndpoint};
 use crate::broker::enqueue::Enqueuer;
+use crate::broker::fed_queues::FedQueues;
 use crate::broker::redis_probe::RedisProbe;
+use crate::broker::redis_side;
 use crate::broker::redis_sink::RedisSink;
 use crate::broker::repair;
 use crate::broker::safety::RedisSafety;
@@ -40,6 +42,8 @@ pub struct Assembly {
     pub push_timeout: Duration,
     /// What the sinks and the probe ask of Redis (eviction, replicas).
     pub safety: RedisSafety,
+    /// Watch the Redis side of the queues fed this recently (`None`: no watch).
+    pub consumer_window: Option<Duration>,
 }
 
 impl Assembly {
@@ -90,6 +94,23 @@ impl Assembly {
                 move || repair::repair(e.clone(), c.clone(), t, stop.clone()),
             ));
         }
+        let fed = Arc::new(FedQueues::default());
+        if let Some(window) = self.consumer_window {
+            let w = redis_side::Watch {
+                redis: self.redis.clone(),
+                layout: self.enqueuer.layout(),
+                namespace: self.enqueuer.namespace().to_owned(),
+                window,
+                timeout: self.push_timeout,
+            };
+            let (fed, stop) = (fed.clone(), shutdown.clone());
+            tracker.spawn(supervise::supervised(
+                "redis-side",
+                health.clone(),
+                shutdown.clone(),
+                move || redis_side::watch(w.clone(), fed.clone(), stop.clone()),
+            ));
+        }
         let mut sinks = Vec::with_capacity(self.workers);
         for _ in 0..self.workers {
             // One connection per worker: a stalled push holds up only its own worker.
@@ -99,7 +120,8 @@ impl Assembly {
             };
             sinks.push(
                 RedisSink::new(self.enqueuer.clone(), con, self.push_timeout)
-                    .with_safety(self.safety),
+                    .with_safety(self.safety)
+                    .noting_fed(fed.clone()),
             );
         }
         crate::relay::spawn_with(

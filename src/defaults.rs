@@ -33,6 +33,8 @@ pub const DEFAULT_HTTP_ADDR: &str = "0.0.0.0:9898";
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
 /// Default push bound.
 pub const DEFAULT_PUSH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default window of the queues whose Redis side the daemon watches (fed this recently).
+pub const DEFAULT_CONSUMER_WINDOW: Duration = Duration::from_secs(5 * 60);
 /// Default sweep age.
 pub const DEFAULT_OLDER_THAN: Duration = Duration::from_secs(60);
 /// Server-side `statement_timeout` of the relay's sessions, and the client-side bound on each

@@ -385,10 +385,11 @@ pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8
 async fn render_metrics(
     State(s): State<AppState>,
 ) -> ([(header::HeaderName, &'static str); 1], String) {
-    (
-        [(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)],
-        s.prometheus.render(),
-    )
+    ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], {
+        let mut text = s.prometheus.render();
+        metrics::render_queue_sides(&mut text);
+        text
+    })
 }
 
 async fn healthz(State(s): State<AppState>) -> (StatusCode, String) {

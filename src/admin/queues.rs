@@ -15,9 +15,7 @@ use crate::broker::layout::consumers::Seen;
 use crate::broker::layout::peek::{End, Entries, ShelfKind, Stored};
 use crate::LayoutKind;
 
-/// At most this many queues are watched (by the daemon: the most recently fed), so that the
-/// metrics labelled by queue stay bounded (docs/metrics.md#the-redis-side).
-pub const MAX_QUEUES: usize = 100;
+pub use crate::broker::fed_queues::MAX_QUEUES;
 
 /// One queue, as Redis shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -15,8 +15,11 @@
 
 pub mod connection;
 pub mod enqueue;
+pub mod fed_queues;
 pub mod layout;
 pub mod redis_probe;
+#[cfg(feature = "daemon")]
+pub mod redis_side;
 pub mod redis_sink;
 pub mod repair;
 pub mod safety;

@@ -42,6 +42,7 @@ pub struct RedisSink {
     safety: Option<RedisSafety>,
     eviction: Arc<EvictionWatch>,
     wait_key: String,
+    fed: Option<Arc<super::fed_queues::FedQueues>>,
 }
 
 impl RedisSink {
@@ -57,6 +58,7 @@ impl RedisSink {
             safety: None,
             eviction: Arc::default(),
             wait_key,
+            fed: None,
         }
     }
 
@@ -68,6 +70,13 @@ impl RedisSink {
     /// jobs are kept ([`Reason::ReplicasBehind`]).
     pub fn with_safety(mut self, safety: RedisSafety) -> Self {
         self.safety = Some(safety);
+        self
+    }
+
+    /// The same sink, noting in `fed` the queues of the jobs Redis acknowledged (the daemon's
+    /// watch of the Redis side reads them: `super::redis_side`).
+    pub fn noting_fed(mut self, fed: Arc<super::fed_queues::FedQueues>) -> Self {
+        self.fed = Some(fed);
         self
     }
 
@@ -291,6 +300,15 @@ impl JobSink for RedisSink {
         self.isolate(&mut con, jobs, &mut results, at_fault, deadline)
             .await;
         self.wait_replicas(&mut con, jobs, &mut results).await;
-        acknowledged_or_failed(results)
+        let verdict = acknowledged_or_failed(results);
+        if let (Some(fed), Ok(results)) = (&self.fed, &verdict) {
+            fed.note(
+                jobs.iter()
+                    .zip(results)
+                    .filter(|(_, r)| r.is_ok())
+                    .map(|(j, _)| j.queue.as_str()),
+            );
+        }
+        verdict
     }
 }

@@ -3,16 +3,20 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
+use jobrelay::admin::queues::Starving;
+use jobrelay::admin::status;
 use jobrelay::broker::redis_probe::RedisProbe;
 use jobrelay::config::{Config, STATEMENT_TIMEOUT};
 use jobrelay::telemetry::redact;
 use jobrelay::{db, relay};
 
-/// Validates the configuration, reaches Postgres and Redis, reports the schema version; exit 1
-/// when something is not ready, naming why.
-pub(super) async fn run(config: &Config) -> Result<ExitCode> {
+/// Validates the configuration, reaches Postgres and Redis, reports the schema version and
+/// warns of each queue whose jobs wait with no consumer (docs/redis-side.md); exit 1 when
+/// something is not ready, naming why, or, with `strict`, on a warning.
+pub(super) async fn run(config: &Config, strict: bool) -> Result<ExitCode> {
     println!("config: ok ({})", describe(config));
     let mut ok = true;
+    let mut warned = false;
     let pool = db::lazy_pool(config.pg_options()?, 1);
     // The same checks as the daemon's /readyz.
     let redis = RedisProbe::new(
@@ -57,6 +61,7 @@ pub(super) async fn run(config: &Config) -> Result<ExitCode> {
                 }
                 if let Ok(Some(h)) = probe.horizon().await {
                     if h.seconds.unwrap_or(0.0) >= relay::probe::HORIZON_WARN_AFTER.as_secs_f64() {
+                        warned = true;
                         println!(
                             "postgres: warning: a {} (pid {}) open for {:.0}s holds the xmin horizon ({})",
                             h.kind,
@@ -99,11 +104,54 @@ pub(super) async fn run(config: &Config) -> Result<ExitCode> {
             println!("redis: {}", line(e));
         }
     }
+    if found.endpoint.is_ok() {
+        warned |= consumers(config, &pool, found.postgres.as_ref().is_ok_and(|p| *p)).await;
+    }
+    if strict && warned {
+        ok = false;
+    }
     Ok(if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Prints a warning for each queue whose jobs wait with no consumer recorded (the outbox's
+/// queues, when the table is there, and the runner's registered ones); whether it did.
+async fn consumers(config: &Config, pool: &sqlx::PgPool, table_present: bool) -> bool {
+    let known = if table_present {
+        tokio::time::timeout(STATEMENT_TIMEOUT, status::status(pool, &config.table))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .map(|s| s.queues.into_keys().collect())
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let look = match super::redis_side::look(config, known).await {
+        Ok(look) => look,
+        Err(e) => {
+            println!(
+                "redis: warning: cannot read the queues' Redis side: {}",
+                redact::scrub(&format!("{e:#}"))
+            );
+            return true;
+        }
+    };
+    let mut warned = false;
+    for q in look.side.queues.iter().filter(|q| q.starving()) {
+        warned = true;
+        let line = Starving {
+            side: q,
+            layout: look.side.layout,
+            namespace: &look.side.namespace,
+            elsewhere: &look.elsewhere[&q.queue],
+        };
+        println!("redis: warning: {line}");
+    }
+    warned
 }
 
 /// `<reason>: <error>`, the error without the dependency's name that the line begins with

@@ -10,6 +10,7 @@ mod daemon;
 mod dead_letter;
 mod migrate;
 mod peek;
+mod redis_side;
 mod status;
 mod sweep;
 
@@ -108,7 +109,7 @@ async fn dispatch(command: Option<Command>, config: Config) -> Result<ExitCode> 
         Some(Command::Migrate) => migrate::run(&config).await,
         Some(Command::Status { json }) => status::run(&config, json).await,
         Some(Command::DeadLetter(cmd)) => dead_letter::run(&config, cmd).await,
-        Some(Command::Check) => check::run(&config).await,
+        Some(Command::Check { strict }) => check::run(&config, strict).await,
         Some(Command::Peek(args)) => peek::run(&config, args).await,
     }
 }

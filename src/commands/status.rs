@@ -1,12 +1,16 @@
-//! `jobrelay status`: the backlog.
+//! `jobrelay status`: the backlog, and the queues' Redis side.
 
 use std::process::ExitCode;
 
 use anyhow::Result;
+use jobrelay::admin::queues::Starving;
 use jobrelay::admin::status;
 use jobrelay::config::Config;
+use jobrelay::telemetry::redact;
 
-/// Prints pending rows, the oldest pending age, dead letters, per queue (`--json`: one object).
+/// Prints pending rows, the oldest pending age, dead letters, per queue, then each queue's
+/// Redis side: waiting jobs, oldest job, consumers (`--json`: one object, the Redis side under
+/// `redis`). Exit 1 when Redis cannot be read (the backlog is printed first).
 pub(super) async fn run(config: &Config, json: bool) -> Result<ExitCode> {
     let pool = super::command_pool(config).await?;
     let s = match status::status(&pool, &config.table).await {
@@ -16,10 +20,44 @@ pub(super) async fn run(config: &Config, json: bool) -> Result<ExitCode> {
         },
         Ok(s) => s,
     };
-    if json {
-        println!("{}", serde_json::to_string(&s)?);
+    let look = super::redis_side::look(config, s.queues.keys().cloned().collect()).await;
+    let code = if look.is_ok() {
+        ExitCode::SUCCESS
     } else {
-        print!("{s}");
+        ExitCode::from(1)
+    };
+    if json {
+        let mut out = serde_json::to_value(&s)?;
+        out["redis"] = match &look {
+            Ok(l) => {
+                let mut side = serde_json::to_value(&l.side)?;
+                side["queues_left_out"] = l.left_out.into();
+                side["consumers_elsewhere"] = serde_json::to_value(&l.elsewhere)?;
+                side
+            }
+            Err(e) => serde_json::json!({ "error": redact::scrub(&format!("{e:#}")) }),
+        };
+        println!("{out}");
+        return Ok(code);
     }
-    Ok(ExitCode::SUCCESS)
+    print!("{s}");
+    match look {
+        Ok(l) => {
+            print!("{}", l.side);
+            if l.left_out > 0 {
+                println!("({} more queues not shown)", l.left_out);
+            }
+            for q in l.side.queues.iter().filter(|q| q.starving()) {
+                let line = Starving {
+                    side: q,
+                    layout: l.side.layout,
+                    namespace: &l.side.namespace,
+                    elsewhere: &l.elsewhere[&q.queue],
+                };
+                println!("warning: {line}");
+            }
+        }
+        Err(e) => println!("redis: {}", redact::scrub(&format!("{e:#}"))),
+    }
+    Ok(code)
 }

@@ -127,6 +127,10 @@ pub struct Flags {
     /// Bound on one Redis push while rows are locked [env: JOBRELAY_PUSH_TIMEOUT] [default: 5s]
     #[arg(long, global = true, help_heading = RELAY, value_name = "DURATION")]
     pub push_timeout: Option<String>,
+    /// Watch the Redis side (waiting jobs, oldest job, consumers) of every queue fed this
+    /// recently, or `off` [env: JOBRELAY_CONSUMER_WINDOW] [default: 5m]
+    #[arg(long, global = true, help_heading = RELAY, value_name = "DURATION")]
+    pub consumer_window: Option<String>,
     /// `text` or `json` [env: JOBRELAY_LOG_FORMAT] [default: text on a terminal, else json]
     #[arg(long, global = true, help_heading = CONNECTION, value_name = "FORMAT")]
     pub log_format: Option<String>,
@@ -155,8 +159,13 @@ pub enum Command {
     /// Inspect, requeue or purge dead-lettered rows.
     #[command(subcommand)]
     DeadLetter(DeadLetterCommand),
-    /// Validate the configuration, reach Postgres and Redis, report the schema version.
-    Check,
+    /// Validate the configuration, reach Postgres and Redis, report the schema version and
+    /// warn of a queue whose jobs wait with no consumer.
+    Check {
+        /// Exit 1 on a warning too (a queue without consumer, a held xmin horizon).
+        #[arg(long)]
+        strict: bool,
+    },
     /// Show jobs waiting in Redis, decoded, without moving them: a queue's, the scheduled
     /// ones, or those held for a job (--redis-url, --namespace and --layout say where).
     #[command(group(clap::ArgGroup::new("jobs").required(true).multiple(true)))]

@@ -207,6 +207,15 @@ impl Config {
         let shutdown_timeout = src
             .parse("shutdown_timeout", parse_duration)?
             .unwrap_or(DEFAULT_SHUTDOWN_TIMEOUT);
+        let consumer_window = src
+            .parse("consumer_window", |s| {
+                if s.eq_ignore_ascii_case("off") {
+                    Ok(None)
+                } else {
+                    duration_at_least(s, Duration::from_secs(1)).map(Some)
+                }
+            })?
+            .unwrap_or(Some(DEFAULT_CONSUMER_WINDOW));
         let log_format = src
             .parse("log_format", |s| match s {
                 "text" => Ok(LogFormat::Text),
@@ -241,6 +250,7 @@ impl Config {
             http_addr,
             shutdown_timeout,
             push_timeout,
+            consumer_window,
             log_format,
             sweep: flags.sweep,
             older_than,

@@ -65,6 +65,8 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// `--push-timeout`.
     pub push_timeout: Duration,
+    /// `--consumer-window` (`None`: off).
+    pub consumer_window: Option<Duration>,
     /// `--log-format`.
     pub log_format: LogFormat,
     /// `--sweep`.
@@ -148,6 +150,7 @@ impl Config {
             enqueuer: self.enqueuer(),
             push_timeout: self.push_timeout,
             safety: self.redis_safety(),
+            consumer_window: self.consumer_window,
         })
     }
 

@@ -87,6 +87,11 @@ pub const OPTIONS: &[(&str, &str, Option<&str>)] = &[
         "--push-timeout",
         Some("JOBRELAY_PUSH_TIMEOUT"),
     ),
+    (
+        "consumer_window",
+        "--consumer-window",
+        Some("JOBRELAY_CONSUMER_WINDOW"),
+    ),
     ("log_format", "--log-format", Some("JOBRELAY_LOG_FORMAT")),
     ("older_than", "--older-than", None),
 ];
@@ -119,7 +124,7 @@ pub(crate) struct Sources<'a> {
 }
 
 fn flag_values(f: &Flags) -> HashMap<&'static str, String> {
-    let pairs: [(&'static str, &Option<String>); 27] = [
+    let pairs: [(&'static str, &Option<String>); 28] = [
         ("database_url", &f.database_url),
         ("database_url_file", &f.database_url_file),
         ("listen_url", &f.listen_url),
@@ -145,6 +150,7 @@ fn flag_values(f: &Flags) -> HashMap<&'static str, String> {
         ("http_addr", &f.http_addr),
         ("shutdown_timeout", &f.shutdown_timeout),
         ("push_timeout", &f.push_timeout),
+        ("consumer_window", &f.consumer_window),
         ("log_format", &f.log_format),
         ("older_than", &f.older_than),
     ];

@@ -44,6 +44,23 @@ pub const XMIN_HORIZON_XIDS: &str = "jobrelay_xmin_horizon_age_xids";
 /// relay's tasks, each followed by a restart of the task.
 pub const TASK_PANICS: &str = "jobrelay_task_panics_total";
 
+/// Gauge, label `queue`: jobs waiting in the queue's Redis list (queues the relay fed within
+/// `--consumer-window`, at most 100; docs/metrics.md#the-redis-side).
+pub const QUEUE_DEPTH: &str = "jobrelay_queue_depth";
+/// Gauge, label `queue`: how long ago the next job to be popped was put on the queue (0 when
+/// empty; no series when its jobs do not say).
+pub const QUEUE_OLDEST_AGE: &str = "jobrelay_queue_oldest_age_seconds";
+/// Gauge, label `queue`: consumers the runner records for the queue (no series when it records
+/// none).
+pub const QUEUE_CONSUMERS: &str = "jobrelay_queue_consumers";
+
+/// The last sample of the watched queues: rendered after the recorder's metrics
+/// ([`render_queue_sides`]), so that a queue no longer watched has no series at all (a
+/// gauge of the `metrics` facade, once set, stays).
+#[cfg_attr(not(feature = "daemon"), allow(dead_code))]
+static QUEUE_SIDES: std::sync::Mutex<Vec<(String, u64, Option<f64>, Option<usize>)>> =
+    std::sync::Mutex::new(Vec::new());
+
 /// Registers help texts. Call once after installing a recorder.
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
@@ -244,6 +261,66 @@ pub(in crate::telemetry) fn xmin_horizon(age_seconds: f64, xids: i64) {
 /// Sets `jobrelay_up{dependency}`.
 pub(in crate::telemetry) fn up(dependency: &'static str, up: bool) {
     metrics::gauge!(UP, "dependency" => dependency).set(if up { 1.0 } else { 0.0 });
+}
+
+/// Replaces the sample of the watched queues.
+#[cfg(feature = "daemon")]
+pub(in crate::telemetry) fn queue_sides(sides: &[crate::admin::queues::QueueSide]) {
+    let mut all = QUEUE_SIDES.lock().expect("not poisoned");
+    all.clear();
+    all.extend(sides.iter().map(|s| {
+        let age = if s.depth == 0 {
+            Some(0.0)
+        } else {
+            s.oldest_age_seconds
+        };
+        (s.queue.clone(), s.depth, age, s.consumers)
+    }));
+}
+
+/// Appends the watched queues' gauges to `out` (the Prometheus text format), nothing when no
+/// queue is watched.
+pub fn render_queue_sides(out: &mut String) {
+    use std::fmt::Write as _;
+    let all = QUEUE_SIDES.lock().expect("not poisoned");
+    if all.is_empty() {
+        return;
+    }
+    let label = |q: &str| {
+        q.replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n")
+    };
+    let gauges: [(
+        &str,
+        &str,
+        fn(&(String, u64, Option<f64>, Option<usize>)) -> Option<f64>,
+    ); 3] = [
+        (
+            QUEUE_DEPTH,
+            "Jobs waiting in the queue's Redis list, by queue",
+            |s| Some(s.1 as f64),
+        ),
+        (
+            QUEUE_OLDEST_AGE,
+            "Seconds since the next job to be popped was put on the queue, by queue",
+            |s| s.2,
+        ),
+        (
+            QUEUE_CONSUMERS,
+            "Consumers the runner records for the queue, by queue",
+            |s| s.3.map(|n| n as f64),
+        ),
+    ];
+    for (name, help, value) in gauges {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for s in all.iter() {
+            if let Some(v) = value(s) {
+                let _ = writeln!(out, "{name}{{queue=\"{}\"}} {v}", label(&s.0));
+            }
+        }
+        out.push('\n');
+    }
 }
 
 /// Counts one panic of a relay task.

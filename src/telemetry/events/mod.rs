@@ -15,10 +15,13 @@
 //! - [`batch`]: what a batch did (outcomes, failures, dead letters, its duration).
 //! - [`dependency`]: the episodes of Postgres, Redis and the outbox table; task panics.
 //! - [`backlog`]: the probe's samples of the backlog and the xmin horizon.
+//! - [`redis_side`]: the watch of the queues' Redis side (waiting jobs, consumers).
 
 pub mod backlog;
 pub mod batch;
 pub mod dependency;
+#[cfg(feature = "daemon")]
+pub mod redis_side;
 #[cfg(all(test, feature = "daemon"))]
 mod tests;
 
@@ -34,6 +37,11 @@ pub use self::batch::{
 pub use self::dependency::{
     BatchesFailing, BatchesSucceedAgain, DependencyConnected, DependencyDown, DependencyRecovered,
     OutboxTableMissing, OutboxTablePresent, TaskPanicked,
+};
+
+#[cfg(feature = "daemon")]
+pub use self::redis_side::{
+    QueueConsumedAgain, QueueStarving, QueuesSampled, RedisSideReadable, RedisSideUnreadable,
 };
 
 /// Something that happened, for the operator: a log line, metrics, or both.

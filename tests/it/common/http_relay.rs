@@ -56,6 +56,11 @@ impl HttpRelay {
         );
     }
 
+    /// Its HTTP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Its log so far.
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -180,6 +180,11 @@ impl Sidekiq {
         self.worker = None;
     }
 
+    /// Sends the worker `sig` (`STOP`, `CONT`, ...).
+    pub fn signal(&self, sig: &str) {
+        self.worker.as_ref().expect("started").signal(sig);
+    }
+
     /// The jobs that ran so far, in the order they finished.
     pub fn runs(&self) -> Vec<Run> {
         runs_in(&self.dir.path().join("runs.log"))

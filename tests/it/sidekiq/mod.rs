@@ -2,12 +2,15 @@
 //! writes, and the real, unmodified Sidekiq worker (Debian's `ruby-sidekiq`) runs it, exactly
 //! once, with its arguments, no earlier than `run_at`; Sidekiq's API sees the jobs as its own.
 //!
+//! - `consumers`: the Redis side (waiting jobs, consumers) as the metrics, the log, `status`
+//!   and `check` tell it;
 //! - `options`: the row's job options, obeyed by the worker and stored as Sidekiq's client
 //!   stores them;
 //! - `proof`: the acceptance test, against a private redis-server and the worker of
 //!   tests/it/common/sidekiq.rs;
 //! - `script`: the enqueue script alone, on the shared Redis.
 
+mod consumers;
 mod options;
 mod proof;
 mod script;
