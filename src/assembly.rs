@@ -16,6 +16,7 @@ use crate::broker::connection::{self, RedisConnection, RedisEndpoint};
 use crate::broker::enqueue::Enqueuer;
 use crate::broker::fed_queues::FedQueues;
 use crate::broker::redis_probe::RedisProbe;
+#[cfg(feature = "daemon")]
 use crate::broker::redis_side;
 use crate::broker::redis_sink::RedisSink;
 use crate::broker::repair;
@@ -42,7 +43,8 @@ pub struct Assembly {
     pub push_timeout: Duration,
     /// What the sinks and the probe ask of Redis (eviction, replicas).
     pub safety: RedisSafety,
-    /// Watch the Redis side of the queues fed this recently (`None`: no watch).
+    /// Watch the Redis side of the queues fed this recently (`None`: no watch; only with the
+    /// `daemon` feature).
     pub consumer_window: Option<Duration>,
 }
 
@@ -95,6 +97,7 @@ impl Assembly {
             ));
         }
         let fed = Arc::new(FedQueues::default());
+        #[cfg(feature = "daemon")]
         if let Some(window) = self.consumer_window {
             let w = redis_side::Watch {
                 redis: self.redis.clone(),

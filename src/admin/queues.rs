@@ -17,6 +17,9 @@ use crate::LayoutKind;
 
 pub use crate::broker::fed_queues::MAX_QUEUES;
 
+/// A job hash's fields, as `HGETALL` answers.
+type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// One queue, as Redis shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct QueueSide {
@@ -94,7 +97,7 @@ pub async fn look(
         oldest.push(redis::from_redis_value(&pair[1])?);
     }
     // Layouts that keep a job in a hash: one more round trip for the oldest jobs' hashes.
-    let mut hashes: Vec<Option<Vec<(Vec<u8>, Vec<u8>)>>> = vec![None; queues.len()];
+    let mut hashes: Vec<Option<Fields>> = vec![None; queues.len()];
     let mut pipe = redis::pipe();
     let mut asked = Vec::new();
     for (i, (shelf, id)) in shelves.iter().zip(&oldest).enumerate() {
@@ -105,7 +108,7 @@ pub async fn look(
         }
     }
     if !asked.is_empty() {
-        let got: Vec<Vec<(Vec<u8>, Vec<u8>)>> = pipe.query_async(con).await?;
+        let got: Vec<Fields> = pipe.query_async(con).await?;
         for (i, fields) in asked.into_iter().zip(got) {
             hashes[i] = Some(fields);
         }

@@ -19,8 +19,11 @@ const REMEMBERED: usize = 10 * MAX_QUEUES;
 pub struct FedQueues {
     /// Per queue: when it was last fed, and the number of the call that noted it (calls
     /// within one clock tick still come in order).
-    last: Mutex<(u64, HashMap<String, (Instant, u64)>)>,
+    last: Mutex<(u64, HashMap<String, Noted>)>,
 }
+
+/// When a queue was last fed, and the number of the call that noted it.
+type Noted = (Instant, u64);
 
 impl FedQueues {
     /// Notes that `queues` (in any order, repeats allowed) were fed now. One lock per call.

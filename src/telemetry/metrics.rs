@@ -54,12 +54,15 @@ pub const QUEUE_OLDEST_AGE: &str = "jobrelay_queue_oldest_age_seconds";
 /// none).
 pub const QUEUE_CONSUMERS: &str = "jobrelay_queue_consumers";
 
+/// One watched queue's gauges: its name, depth, oldest age and consumers (each `None`: no
+/// series).
+type QueueSample = (String, u64, Option<f64>, Option<usize>);
+
 /// The last sample of the watched queues: rendered after the recorder's metrics
 /// ([`render_queue_sides`]), so that a queue no longer watched has no series at all (a
 /// gauge of the `metrics` facade, once set, stays).
 #[cfg_attr(not(feature = "daemon"), allow(dead_code))]
-static QUEUE_SIDES: std::sync::Mutex<Vec<(String, u64, Option<f64>, Option<usize>)>> =
-    std::sync::Mutex::new(Vec::new());
+static QUEUE_SIDES: std::sync::Mutex<Vec<QueueSample>> = std::sync::Mutex::new(Vec::new());
 
 /// Registers help texts. Call once after installing a recorder.
 pub fn describe() {
@@ -291,11 +294,8 @@ pub fn render_queue_sides(out: &mut String) {
             .replace('"', "\\\"")
             .replace('\n', "\\n")
     };
-    let gauges: [(
-        &str,
-        &str,
-        fn(&(String, u64, Option<f64>, Option<usize>)) -> Option<f64>,
-    ); 3] = [
+    type Gauge = (&'static str, &'static str, fn(&QueueSample) -> Option<f64>);
+    let gauges: [Gauge; 3] = [
         (
             QUEUE_DEPTH,
             "Jobs waiting in the queue's Redis list, by queue",

@@ -13,6 +13,9 @@ use super::super::peek::Decoded;
 use super::Sidekiq;
 use crate::broker::connection::RedisConnection;
 
+/// A process's `info` and `beat`, if its hash has them.
+type Beat = (Option<String>, Option<f64>);
+
 /// A process whose last heartbeat is older is gone (Sidekiq expires its hash after 60 s).
 const BEAT_STALE_AFTER: f64 = 60.0;
 
@@ -31,18 +34,17 @@ impl Consumers for Sidekiq {
                     .arg("info")
                     .arg("beat");
             }
-            let (time, beats): ((u64, u64), Vec<(Option<String>, Option<f64>)>) =
-                if identities.is_empty() {
-                    (redis::cmd("TIME").query_async(con).await?, Vec::new())
-                } else {
-                    let mut replies: Vec<redis::Value> = pipe.query_async(con).await?;
-                    let time = redis::from_redis_value(&replies.remove(0))?;
-                    let beats = replies
-                        .iter()
-                        .map(redis::from_redis_value)
-                        .collect::<redis::RedisResult<_>>()?;
-                    (time, beats)
-                };
+            let (time, beats): ((u64, u64), Vec<Beat>) = if identities.is_empty() {
+                (redis::cmd("TIME").query_async(con).await?, Vec::new())
+            } else {
+                let mut replies: Vec<redis::Value> = pipe.query_async(con).await?;
+                let time = redis::from_redis_value(&replies.remove(0))?;
+                let beats = replies
+                    .iter()
+                    .map(redis::from_redis_value)
+                    .collect::<redis::RedisResult<_>>()?;
+                (time, beats)
+            };
             let now = time.0 as f64 + time.1 as f64 / 1e6;
             let alive = identities
                 .into_iter()
