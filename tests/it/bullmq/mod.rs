@@ -8,11 +8,13 @@
 //! - `script`: the script's keys held to what BullMQ's own `Queue.add` writes beside them,
 //!   duplicates, refusals, paused queues;
 //! - `stream`: the events stream trimmed as `Queue.add` trims it;
-//! - `cluster`: on a Redis Cluster.
+//! - `cluster`: on a Redis Cluster;
+//! - `consumers`: the Redis side's count of a queue's workers, held to `Queue.getWorkers()`.
 //!
 //! The Node programs the tests run with BullMQ's own client are the `.js` files here.
 
 mod cluster;
+mod consumers;
 mod options;
 mod proof;
 mod script;

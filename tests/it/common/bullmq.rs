@@ -169,6 +169,12 @@ impl BullmqWorker {
         }
     }
 
+    /// Kills the worker program (SIGKILL: its connections are closed by the kernel, not by
+    /// BullMQ) and reaps it.
+    pub fn kill(&self) {
+        self.worker.kill();
+    }
+
     /// What the worker printed.
     pub fn logs(&self) -> String {
         self.worker.logs()
