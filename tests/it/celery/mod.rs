@@ -11,12 +11,14 @@
 //! - `order`: a call takes its duplicates back out and keeps the order BRPOP meets;
 //! - `repr`: argsrepr and kwargsrepr are celery's own;
 //! - `claims`: a row not yet due does not keep the workers claiming;
-//! - `cluster`: a Cluster URL is refused.
+//! - `cluster`: a Cluster URL is refused;
+//! - `consumers`: the workers Redis shows, as `jobrelay status` and `check` count them.
 //!
 //! The Python programs the tests run with celery's own client are the `.py` files here.
 
 mod claims;
 mod cluster;
+mod consumers;
 mod options;
 mod order;
 mod proof;

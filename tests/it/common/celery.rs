@@ -235,6 +235,21 @@ impl CeleryWorker {
         self.worker.wait_exit(Duration::from_secs(30)).await;
     }
 
+    /// Sends the signal `sig` (`"STOP"`, ...) to the worker's main process.
+    pub fn signal(&self, sig: &str) {
+        self.worker.signal(sig);
+    }
+
+    /// Kills the worker's main process (SIGKILL) and reaps it.
+    pub fn kill(&self) {
+        self.worker.kill();
+    }
+
+    /// The last `n` lines of what it printed (for a failure message).
+    pub fn last_lines(&self, n: usize) -> String {
+        self.worker.last_lines(n)
+    }
+
     /// Runs `script` (Python) with celery's interpreter, the app importable as `app` (its tasks
     /// as `app.app.tasks[name]`), e.g. to send tasks with celery's own client; returns its
     /// standard output. Bounded by 30 s.

@@ -9,11 +9,13 @@
 //! - `descriptions`: the job hash's description and data are what RQ makes of them;
 //! - `options`: the row's options (RQ's job options) reach the job as RQ's client writes them,
 //!   and the worker obeys them;
-//! - `cluster`: a Cluster URL is refused.
+//! - `cluster`: a Cluster URL is refused;
+//! - `consumers`: the workers RQ records, as `jobrelay status` and `check` count them.
 //!
 //! The Python programs the tests run with RQ's own client are the `.py` files here.
 
 mod cluster;
+mod consumers;
 mod descriptions;
 mod options;
 mod proof;
