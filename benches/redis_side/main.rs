@@ -38,7 +38,7 @@ const WORKERS: usize = 20;
 /// Samples a minute: one every 5 s.
 const PER_MINUTE: usize = 12;
 
-struct Server(Child, tempfile::TempDir);
+struct Server(Child, #[allow(dead_code)] tempfile::TempDir);
 
 impl Drop for Server {
     fn drop(&mut self) {
