@@ -12,13 +12,17 @@ use serde::Serialize;
 
 use crate::broker::connection::RedisConnection;
 use crate::broker::layout::consumers::Seen;
-use crate::broker::layout::peek::{End, Entries, ShelfKind, Stored};
+use crate::broker::layout::peek::{End, Entries, Shelf, ShelfKind, Stored};
+use crate::telemetry::redact;
 use crate::LayoutKind;
 
 pub use crate::broker::fed_queues::MAX_QUEUES;
 
 /// A job hash's fields, as `HGETALL` answers.
 type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// A queue list's length and the entry popped next.
+type Head = (u64, Option<Vec<u8>>);
 
 /// One queue, as Redis shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -32,6 +36,9 @@ pub struct QueueSide {
     pub oldest_age_seconds: Option<f64>,
     /// How many consumers the runner records for it; `null` when the runner records none.
     pub consumers: Option<usize>,
+    /// Why the queue's list could not be read (its key holds another type), if it could not;
+    /// its depth is then 0.
+    pub error: Option<String>,
 }
 
 impl QueueSide {
@@ -76,25 +83,38 @@ pub async fn look(
         .iter()
         .map(|q| layout.layout().peek().queue_shelf(namespace, q))
         .collect();
-    let mut pipe = redis::pipe();
-    pipe.cmd("TIME");
-    for shelf in &shelves {
-        let ShelfKind::List(end) = shelf.kind else {
-            unreachable!("a queue's shelf is a list")
-        };
-        pipe.cmd("LLEN").arg(&shelf.key);
-        pipe.cmd("LINDEX")
-            .arg(&shelf.key)
-            .arg(if end == End::Left { 0 } else { -1 });
-    }
-    let mut replies: Vec<redis::Value> = pipe.query_async(con).await?;
-    let (secs, micros): (u64, u64) = redis::from_redis_value(&replies.remove(0))?;
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(con).await?;
     let now = secs as f64 + micros as f64 / 1e6;
+    let heads = match heads(con, &shelves).await {
+        Ok(all) => all.into_iter().map(Ok).collect(),
+        // A key of another type (WRONGTYPE) fails the whole pipeline: queue by queue, so that
+        // one bad key spoils only its own queue's line.
+        Err(e) if !is_connection_error(&e) => {
+            let mut each = Vec::with_capacity(shelves.len());
+            for shelf in &shelves {
+                each.push(match heads(con, std::slice::from_ref(shelf)).await {
+                    Ok(mut one) => Ok(one.remove(0)),
+                    Err(e) if !is_connection_error(&e) => {
+                        Err(format!("cannot read {}: {e}", shelf.key))
+                    }
+                    Err(e) => return Err(e),
+                });
+            }
+            each
+        }
+        Err(e) => return Err(e),
+    };
     let mut depths = Vec::with_capacity(queues.len());
     let mut oldest: Vec<Option<Vec<u8>>> = Vec::with_capacity(queues.len());
-    for pair in replies.chunks(2) {
-        depths.push(redis::from_redis_value::<u64>(&pair[0])?);
-        oldest.push(redis::from_redis_value(&pair[1])?);
+    let mut errors: Vec<Option<String>> = Vec::with_capacity(queues.len());
+    for head in heads {
+        let (depth, first, error) = match head {
+            Ok((depth, first)) => (depth, first, None),
+            Err(why) => (0, None, Some(redact::scrub(&why).into_owned())),
+        };
+        depths.push(depth);
+        oldest.push(first);
+        errors.push(error);
     }
     // Layouts that keep a job in a hash: one more round trip for the oldest jobs' hashes.
     let mut hashes: Vec<Option<Fields>> = vec![None; queues.len()];
@@ -131,6 +151,7 @@ pub async fn look(
                 depth: depths[i],
                 oldest_age_seconds: enqueued.map(|t| (now - t).max(0.0)),
                 consumers: seen.count(queue),
+                error: errors[i].take(),
             }
         })
         .collect();
@@ -143,6 +164,35 @@ pub async fn look(
         },
         queues: sides,
     })
+}
+
+/// Each shelf's length and the entry popped next, one pipeline.
+async fn heads(con: &mut RedisConnection, shelves: &[Shelf]) -> RedisResult<Vec<Head>> {
+    let mut pipe = redis::pipe();
+    for shelf in shelves {
+        let ShelfKind::List(end) = shelf.kind else {
+            unreachable!("a queue's shelf is a list")
+        };
+        pipe.cmd("LLEN").arg(&shelf.key);
+        pipe.cmd("LINDEX")
+            .arg(&shelf.key)
+            .arg(if end == End::Left { 0 } else { -1 });
+    }
+    let replies: Vec<redis::Value> = pipe.query_async(con).await?;
+    replies
+        .chunks(2)
+        .map(|pair| {
+            Ok((
+                redis::from_redis_value::<u64>(&pair[0])?,
+                redis::from_redis_value(&pair[1])?,
+            ))
+        })
+        .collect()
+}
+
+/// The connection, not the request, failed: nothing else can be read either.
+fn is_connection_error(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
 }
 
 /// The other namespaces under which the runner records a consumer of `queue` (a bounded
@@ -266,6 +316,11 @@ impl fmt::Display for RedisSide {
                 q.queue, q.depth
             )?;
         }
+        for q in &self.queues {
+            if let Some(e) = &q.error {
+                writeln!(f, "queue {}: {e}", q.queue)?;
+            }
+        }
         if let Some(why) = self.consumers_unrecorded {
             writeln!(f, "consumers: unknown in the {} layout: {why}", self.layout)?;
         }
@@ -283,6 +338,7 @@ mod tests {
             depth,
             oldest_age_seconds: age,
             consumers,
+            error: None,
         }
     }
 

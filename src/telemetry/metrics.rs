@@ -40,7 +40,7 @@ pub const DEAD_JOBS: &str = "jobrelay_dead_jobs";
 pub const XMIN_HORIZON_AGE: &str = "jobrelay_xmin_horizon_age_seconds";
 /// Gauge: how many transaction ids old the database's xmin horizon is.
 pub const XMIN_HORIZON_XIDS: &str = "jobrelay_xmin_horizon_age_xids";
-/// Counter, label `task` (`worker`, `probe`, `listener`, `wakeup`): panics caught in the
+/// Counter, label `task` (`worker`, `probe`, `listener`, `wakeup`, `repair`, `redis-side`): panics caught in the
 /// relay's tasks, each followed by a restart of the task.
 pub const TASK_PANICS: &str = "jobrelay_task_panics_total";
 
@@ -271,7 +271,8 @@ pub(in crate::telemetry) fn up(dependency: &'static str, up: bool) {
 pub(in crate::telemetry) fn queue_sides(sides: &[crate::admin::queues::QueueSide]) {
     let mut all = QUEUE_SIDES.lock().expect("not poisoned");
     all.clear();
-    all.extend(sides.iter().map(|s| {
+    // A queue whose list could not be read has no series: its depth is not known.
+    all.extend(sides.iter().filter(|s| s.error.is_none()).map(|s| {
         let age = if s.depth == 0 {
             Some(0.0)
         } else {

@@ -126,7 +126,16 @@ async fn every_dashboard_and_alert_query_names_an_exported_metric(pool: PgPool) 
     // What Prometheus scrapes passes its own lint (names, units, help texts, types).
     let lint = promtool(&["check", "metrics"], Path::new("."), &m.text);
     assert!(lint.trim().is_empty(), "promtool check metrics:\n{lint}");
-    let scraped = exported(&m);
+    let mut scraped = exported(&m);
+    assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
+    // The jobrelay layout's runner records no consumers: a relay in the sidekiq layout, with a
+    // Sidekiq process's heartbeat for its queue, exports jobrelay_queue_consumers.
+    let side = sidekiq_side(&pool, &ns).await;
+    let lint = promtool(&["check", "metrics"], Path::new("."), &side.text);
+    assert!(lint.trim().is_empty(), "promtool check metrics:\n{lint}");
+    for (name, series) in exported(&side) {
+        scraped.entry(name).or_default().extend(series);
+    }
     let mut wrong = Vec::new();
     for (place, expr) in &queries {
         for p in problems(expr, &scraped) {
@@ -139,5 +148,54 @@ async fn every_dashboard_and_alert_query_names_an_exported_metric(pool: PgPool) 
         wrong.join("\n"),
         scraped.keys().collect::<Vec<_>>()
     );
+}
+
+/// The metrics of a relay in the sidekiq layout that fed queue `watched`, read by a Sidekiq
+/// process (its heartbeat written as Sidekiq writes it), once it sampled the queue's Redis side.
+async fn sidekiq_side(pool: &PgPool, ns: &Namespace) -> Metrics {
+    let mut con = ns.con().await;
+    let beat = chrono::Utc::now().timestamp() as f64;
+    let () = redis::pipe()
+        .cmd("SADD")
+        .arg(ns.key("processes"))
+        .arg("host:1:abc")
+        .cmd("HSET")
+        .arg(ns.key("host:1:abc"))
+        .arg("info")
+        .arg(r#"{"queues":["watched"]}"#)
+        .arg("beat")
+        .arg(beat)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM pending_jobs")
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO pending_jobs (queue, job_type, payload) VALUES ('watched', 'W', '[1]')",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    let db = database_url_of(pool).await;
+    let mut d = Daemon::start(
+        &["--layout", "sidekiq"],
+        &[
+            ("DATABASE_URL", &db),
+            ("REDIS_URL", &ns.url),
+            ("JOBRELAY_NAMESPACE", &ns.prefix),
+        ],
+    );
+    d.wait_ready(Duration::from_secs(30)).await;
+    let series = "jobrelay_queue_consumers{queue=\"watched\"}";
+    wait_until(
+        "the queue's consumers sampled",
+        Duration::from_secs(30),
+        || async { d.metrics().await.try_get(series) == Some(1.0) },
+    )
+    .await;
+    let m = d.metrics().await;
     assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
+    m
 }

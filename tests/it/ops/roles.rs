@@ -152,6 +152,14 @@ async fn least_privilege_scenario(
     let (code, out, err) = run_relay(&["status", "--json"], &env).await;
     assert_eq!(code, 0, "status as the relay role\n{out}\n{err}");
     assert!(out.contains("\"dead\":1"), "{out}");
+    // The poison queue's key holds a string: its Redis side says why, the rest is read.
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let poison = &v["redis"]["queues"][0];
+    assert_eq!(poison["queue"], "poison", "{out}");
+    assert!(
+        poison["error"].as_str().is_some_and(|e| e.contains("WRONGTYPE")),
+        "{out}"
+    );
 
     // The relay role may not change the schema, the migration history, the dead letters, or
     // the content of pending rows.
