@@ -213,16 +213,63 @@ pub async fn elsewhere(
     Ok(found)
 }
 
-/// The queues `status` and `check` look at: `known` (the outbox's) and those the runner
-/// registered under `namespace`, each once, sorted.
+/// The relays' record of the queues they fed: `<namespace>jobrelay:queues`, a sorted set of
+/// queue names scored by when a relay last fed them (epoch milliseconds), written by each
+/// daemon's watch ([`record_fed`]) so that `status` and `check` see the queues a fleet feeds
+/// whichever layout, even with the outbox drained.
+pub fn fed_key(namespace: &str) -> String {
+    format!("{namespace}jobrelay:queues")
+}
+
+/// Records that `queues` were fed within the last sample, and forgets those not fed within
+/// `window` (one `ZADD`, `ZREMRANGEBYSCORE` and `PEXPIRE`, with Redis's clock).
+pub async fn record_fed(
+    con: &mut RedisConnection,
+    namespace: &str,
+    queues: &[String],
+    window: std::time::Duration,
+) -> RedisResult<()> {
+    if queues.is_empty() {
+        return Ok(());
+    }
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(con).await?;
+    let now_ms = secs * 1000 + micros / 1000;
+    let window_ms = window.as_millis() as u64;
+    let key = fed_key(namespace);
+    let mut pipe = redis::pipe();
+    let zadd = pipe.cmd("ZADD").arg(&key);
+    for q in queues {
+        zadd.arg(now_ms).arg(q);
+    }
+    pipe.cmd("ZREMRANGEBYSCORE")
+        .arg(&key)
+        .arg("-inf")
+        .arg(format!("({}", now_ms.saturating_sub(window_ms)));
+    pipe.cmd("PEXPIRE").arg(&key).arg(window_ms.max(1));
+    pipe.query_async(con).await
+}
+
+/// The queues `status` and `check` look at: `known` (the outbox's), those the relays recorded
+/// as fed within `window` ([`fed_key`]) and those the runner registered under `namespace`,
+/// each once, sorted.
 pub async fn queues_to_look_at(
     con: &mut RedisConnection,
     layout: LayoutKind,
     namespace: &str,
     known: impl IntoIterator<Item = String>,
+    window: std::time::Duration,
 ) -> RedisResult<Vec<String>> {
     let watch = layout.layout().consumers();
     let mut all: std::collections::BTreeSet<String> = known.into_iter().collect();
+    let (secs, _): (u64, u64) = redis::cmd("TIME").query_async(con).await?;
+    let since_ms = (secs * 1000).saturating_sub(window.as_millis() as u64);
+    let fed: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+        .arg(fed_key(namespace))
+        .arg(since_ms)
+        .arg("+inf")
+        .query_async(con)
+        .await?;
+    all.extend(fed);
     all.extend(watch.registered_queues(con, namespace).await?);
     Ok(all.into_iter().collect())
 }

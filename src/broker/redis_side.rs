@@ -14,7 +14,8 @@ use super::fed_queues::FedQueues;
 use crate::admin::queues::{self, QueueSide};
 use crate::broker::layout::LayoutKind;
 use crate::telemetry::events::{
-    Event, QueueConsumedAgain, QueueStarving, QueuesSampled, RedisSideReadable, RedisSideUnreadable,
+    Event, FedQueuesUnrecorded, QueueConsumedAgain, QueueStarving, QueuesSampled,
+    RedisSideReadable, RedisSideUnreadable,
 };
 use crate::telemetry::redact;
 
@@ -42,6 +43,7 @@ pub async fn watch(w: Watch, fed: std::sync::Arc<FedQueues>, shutdown: Cancellat
     // The queues starving now, and whether reading failed in the current round of failures.
     let mut starving: BTreeMap<String, ()> = BTreeMap::new();
     let mut unreadable = false;
+    let mut unrecorded = false;
     let mut tick = tokio::time::interval(WATCH_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -60,6 +62,20 @@ pub async fn watch(w: Watch, fed: std::sync::Arc<FedQueues>, shutdown: Cancellat
                 con = Some(connection::connect(&w.redis, w.timeout).await?);
             }
             let c = con.as_mut().expect("connected");
+            // The record status and check read; a refusal (an ACL) is told once, the watch
+            // goes on.
+            match queues::record_fed(c, &w.namespace, &names, w.window).await {
+                Ok(()) => unrecorded = false,
+                Err(e) if !unrecorded => {
+                    unrecorded = true;
+                    FedQueuesUnrecorded {
+                        key: &queues::fed_key(&w.namespace),
+                        error: &redact::scrub(&e.to_string()),
+                    }
+                    .emit();
+                }
+                Err(_) => {}
+            }
             queues::look(c, w.layout, &w.namespace, &names).await
         };
         match tokio::time::timeout(w.timeout, read).await {

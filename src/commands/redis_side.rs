@@ -33,9 +33,12 @@ pub(super) async fn look(config: &Config, known: Vec<String>) -> Result<Look> {
         .await
         .with_context(|| format!("connecting to redis at {}", config.redis_url))?;
     let (layout, ns) = (config.layout, config.namespace.as_str());
+    let window = config
+        .consumer_window
+        .unwrap_or(jobrelay::defaults::DEFAULT_CONSUMER_WINDOW);
     let all = tokio::time::timeout(
         bound,
-        queues::queues_to_look_at(&mut con, layout, ns, known),
+        queues::queues_to_look_at(&mut con, layout, ns, known, window),
     )
     .await
     .map_err(|_| timed_out())??;

@@ -41,7 +41,8 @@ pub use self::dependency::{
 
 #[cfg(feature = "daemon")]
 pub use self::redis_side::{
-    QueueConsumedAgain, QueueStarving, QueuesSampled, RedisSideReadable, RedisSideUnreadable,
+    FedQueuesUnrecorded, QueueConsumedAgain, QueueStarving, QueuesSampled, RedisSideReadable,
+    RedisSideUnreadable,
 };
 
 /// Something that happened, for the operator: a log line, metrics, or both.

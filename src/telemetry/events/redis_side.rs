@@ -105,3 +105,26 @@ impl Event for RedisSideReadable {
         tracing::info!("the queues' Redis side is readable again");
     }
 }
+
+/// The watch could not record the queues it fed in `<namespace>jobrelay:queues` (WARN, once
+/// until it can): `status` and `check` do not list them; the watch goes on.
+#[derive(Debug)]
+pub struct FedQueuesUnrecorded<'a> {
+    /// The key.
+    pub key: &'a str,
+    /// Why, free of secrets.
+    pub error: &'a str,
+}
+
+impl Event for FedQueuesUnrecorded<'_> {
+    fn emit(self) {
+        tracing::warn!(
+            failure = "fed_queues_unrecorded",
+            key = %self.key,
+            error = %self.error,
+            "cannot record the queues fed in {} (status and check will not list them): {}",
+            self.key,
+            self.error
+        );
+    }
+}

@@ -55,9 +55,15 @@ async fn enqueue(con: &mut RedisConnection, namespace: &str, queue: &str, n: usi
 
 /// The queues `status` and `check` would look at under `namespace`, the outbox naming none.
 async fn registered(con: &mut RedisConnection, namespace: &str) -> Vec<String> {
-    queues_to_look_at(con, LayoutKind::Bullmq, namespace, Vec::new())
-        .await
-        .unwrap()
+    queues_to_look_at(
+        con,
+        LayoutKind::Bullmq,
+        namespace,
+        Vec::new(),
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap()
 }
 
 /// The Redis side of `queues` under `namespace`.
@@ -160,4 +166,22 @@ async fn a_server_that_refuses_client_list_leaves_the_count_unknown() {
         .await
         .unwrap();
     assert!(found.is_empty(), "{found:?}");
+}
+
+#[sqlx::test]
+async fn a_wrong_prefix_is_told_by_the_metrics_the_log_status_and_check(pool: sqlx::PgPool) {
+    let redis = RedisServer::start();
+    let worker = BullmqWorker::start(redis.port, PREFIX, &["billing"]).await;
+    assert_eq!(get_workers(&worker, "billing"), 1);
+    let rows = [("charge", r#"{"n":1}"#), ("charge", r#"{"n":2}"#)];
+    let namespaces = ("myapp:", NS);
+    crate::common::redis_side::wrong_namespace_is_told(
+        &pool,
+        &redis.url(),
+        "bullmq",
+        namespaces,
+        "billing",
+        &rows,
+    )
+    .await;
 }

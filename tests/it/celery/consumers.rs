@@ -221,3 +221,21 @@ async fn a_killed_worker_stops_counting_at_once_a_stopped_one_counts_on() {
         "{mailboxes:?}"
     );
 }
+
+#[sqlx::test]
+async fn a_wrong_keyprefix_is_told_by_the_metrics_the_log_status_and_check(pool: sqlx::PgPool) {
+    let (_server, url) = server();
+    let worker = CeleryWorker::start(&url, "", &["billing"], &[TASK]).await;
+    wait_counted(&connection(&url).await, &worker).await;
+    let payload = r#"{"args": [1], "kwargs": {}}"#;
+    let rows = [(TASK, payload), (TASK, payload)];
+    crate::common::redis_side::wrong_namespace_is_told(
+        &pool,
+        &url,
+        "celery",
+        ("myapp:", ""),
+        "billing",
+        &rows,
+    )
+    .await;
+}

@@ -21,6 +21,7 @@ pub mod pgbouncer;
 pub mod proxy;
 pub mod random_json;
 pub mod redis_server;
+pub mod redis_side;
 pub mod rq;
 pub mod scripts;
 pub mod sentinel;

@@ -157,7 +157,9 @@ async fn least_privilege_scenario(
     let poison = &v["redis"]["queues"][0];
     assert_eq!(poison["queue"], "poison", "{out}");
     assert!(
-        poison["error"].as_str().is_some_and(|e| e.contains("WRONGTYPE")),
+        poison["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("WRONGTYPE")),
         "{out}"
     );
 

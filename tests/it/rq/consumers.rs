@@ -123,7 +123,7 @@ async fn a_worker_counts_for_its_queue_and_a_queue_no_worker_reads_starves() {
             queues: vec!["billing".into()],
         }])
     );
-    let listed = queues_to_look_at(&mut con.clone(), LayoutKind::Rq, "", Vec::new())
+    let listed = queues_to_look_at(&mut con.clone(), LayoutKind::Rq, "", Vec::new(), TTL)
         .await
         .unwrap();
     assert!(listed.contains(&"mail".to_owned()), "{listed:?}");
@@ -195,4 +195,23 @@ async fn a_killed_worker_stops_counting_at_once_a_stopped_one_counts_on() {
         .await
         .unwrap();
     assert!(member && ttl > 60, "RQ's records keep it: {member} {ttl}");
+}
+
+#[sqlx::test]
+async fn a_wrong_namespace_is_told_by_the_metrics_the_log_status_and_check(pool: sqlx::PgPool) {
+    let server = RedisServer::start();
+    let url = server.url();
+    let app = RqApp::new(&url);
+    let worker = app.worker("billing", &["billing"], &[]);
+    wait_consumers(&connection(&url).await, "", "billing", 1, START, &worker).await;
+    let rows = [(FUNC, "[1]"), (FUNC, "[2]")];
+    crate::common::redis_side::wrong_namespace_is_told(
+        &pool,
+        &url,
+        "rq",
+        ("myapp:", ""),
+        "billing",
+        &rows,
+    )
+    .await;
 }

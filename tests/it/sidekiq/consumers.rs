@@ -6,9 +6,9 @@
 //! Sidekiq's 60 s and counts again when it resumes.
 
 use super::*;
-use crate::common::http::http_get;
 use crate::common::http_relay::HttpRelay;
 use crate::common::redis_server::RedisServer;
+use crate::common::redis_side::{self, metric};
 use crate::common::sidekiq::Sidekiq;
 use sqlx::PgPool;
 
@@ -27,25 +27,9 @@ async fn rows(pool: &PgPool, queue: &str, n: usize) {
     }
 }
 
-/// The value of the series `series` (e.g. `jobrelay_queue_depth{queue="billing"}`) on the
-/// relay's /metrics, if it is there.
-async fn metric(port: u16, series: &str) -> Option<f64> {
-    let (_, body) = http_get(port, "/metrics").await.ok()?;
-    body.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-}
-
-/// `jobrelay <args>` against the test's database and Redis, in the sidekiq layout.
+/// `jobrelay <args>` in the sidekiq layout.
 async fn cli(pool: &PgPool, redis: &str, namespace: &str, args: &[&str]) -> (i32, String) {
-    let db = database_url_of(pool).await;
-    let env = [
-        ("DATABASE_URL", db.as_str()),
-        ("REDIS_URL", redis),
-        ("JOBRELAY_NAMESPACE", namespace),
-        ("JOBRELAY_LAYOUT", "sidekiq"),
-    ];
-    let (code, out, err) = run_relay(args, &env).await;
-    (code, format!("{out}{err}"))
+    redis_side::cli(pool, redis, "sidekiq", namespace, args).await
 }
 
 #[sqlx::test]
