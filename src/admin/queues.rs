@@ -59,6 +59,9 @@ pub struct RedisSide {
     pub consumers_unrecorded: Option<&'static str>,
     /// The queues, in the order asked.
     pub queues: Vec<QueueSide>,
+    /// When they were read, by Redis's clock (epoch seconds).
+    #[serde(skip)]
+    pub read_at: f64,
 }
 
 impl Serialize for LayoutKind {
@@ -83,24 +86,23 @@ pub async fn look(
         .iter()
         .map(|q| layout.layout().peek().queue_shelf(namespace, q))
         .collect();
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(con).await?;
-    let now = secs as f64 + micros as f64 / 1e6;
-    let heads = match heads(con, &shelves).await {
-        Ok(all) => all.into_iter().map(Ok).collect(),
+    let (now, heads) = match heads(con, &shelves, true).await {
+        Ok((now, all)) => (now, all.into_iter().map(Ok).collect()),
         // A key of another type (WRONGTYPE) fails the whole pipeline: queue by queue, so that
         // one bad key spoils only its own queue's line.
         Err(e) if !is_connection_error(&e) => {
+            let (now, _) = heads(con, &[], true).await?;
             let mut each = Vec::with_capacity(shelves.len());
             for shelf in &shelves {
-                each.push(match heads(con, std::slice::from_ref(shelf)).await {
-                    Ok(mut one) => Ok(one.remove(0)),
+                each.push(match heads(con, std::slice::from_ref(shelf), false).await {
+                    Ok((_, mut one)) => Ok(one.remove(0)),
                     Err(e) if !is_connection_error(&e) => {
                         Err(format!("cannot read {}: {e}", shelf.key))
                     }
                     Err(e) => return Err(e),
                 });
             }
-            each
+            (now, each)
         }
         Err(e) => return Err(e),
     };
@@ -163,12 +165,21 @@ pub async fn look(
             Seen::Consumers(_) => None,
         },
         queues: sides,
+        read_at: now,
     })
 }
 
-/// Each shelf's length and the entry popped next, one pipeline.
-async fn heads(con: &mut RedisConnection, shelves: &[Shelf]) -> RedisResult<Vec<Head>> {
+/// Each shelf's length and the entry popped next, one pipeline; first, with `time`, Redis's
+/// clock (`TIME`, in epoch seconds; 0 without).
+async fn heads(
+    con: &mut RedisConnection,
+    shelves: &[Shelf],
+    time: bool,
+) -> RedisResult<(f64, Vec<Head>)> {
     let mut pipe = redis::pipe();
+    if time {
+        pipe.cmd("TIME");
+    }
     for shelf in shelves {
         let ShelfKind::List(end) = shelf.kind else {
             unreachable!("a queue's shelf is a list")
@@ -178,8 +189,14 @@ async fn heads(con: &mut RedisConnection, shelves: &[Shelf]) -> RedisResult<Vec<
             .arg(&shelf.key)
             .arg(if end == End::Left { 0 } else { -1 });
     }
-    let replies: Vec<redis::Value> = pipe.query_async(con).await?;
-    replies
+    let mut replies: Vec<redis::Value> = pipe.query_async(con).await?;
+    let now = if time {
+        let (secs, micros): (u64, u64) = redis::from_redis_value(&replies.remove(0))?;
+        secs as f64 + micros as f64 / 1e6
+    } else {
+        0.0
+    };
+    let heads = replies
         .chunks(2)
         .map(|pair| {
             Ok((
@@ -187,7 +204,8 @@ async fn heads(con: &mut RedisConnection, shelves: &[Shelf]) -> RedisResult<Vec<
                 redis::from_redis_value(&pair[1])?,
             ))
         })
-        .collect()
+        .collect::<RedisResult<_>>()?;
+    Ok((now, heads))
 }
 
 /// The connection, not the request, failed: nothing else can be read either.
@@ -221,19 +239,20 @@ pub fn fed_key(namespace: &str) -> String {
     format!("{namespace}jobrelay:queues")
 }
 
-/// Records that `queues` were fed within the last sample, and forgets those not fed within
-/// `window` (one `ZADD`, `ZREMRANGEBYSCORE` and `PEXPIRE`, with Redis's clock).
+/// Records that `queues` were fed within the last sample, read at `read_at` (Redis's clock,
+/// [`RedisSide::read_at`]), and forgets those not fed within `window` (one `ZADD`,
+/// `ZREMRANGEBYSCORE` and `PEXPIRE`, in one round trip).
 pub async fn record_fed(
     con: &mut RedisConnection,
     namespace: &str,
     queues: &[String],
     window: std::time::Duration,
+    read_at: f64,
 ) -> RedisResult<()> {
     if queues.is_empty() {
         return Ok(());
     }
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(con).await?;
-    let now_ms = secs * 1000 + micros / 1000;
+    let now_ms = (read_at * 1000.0) as u64;
     let window_ms = window.as_millis() as u64;
     let key = fed_key(namespace);
     let mut pipe = redis::pipe();

@@ -62,9 +62,10 @@ pub async fn watch(w: Watch, fed: std::sync::Arc<FedQueues>, shutdown: Cancellat
                 con = Some(connection::connect(&w.redis, w.timeout).await?);
             }
             let c = con.as_mut().expect("connected");
+            let side = queues::look(c, w.layout, &w.namespace, &names).await?;
             // The record status and check read; a refusal (an ACL) is told once, the watch
             // goes on.
-            match queues::record_fed(c, &w.namespace, &names, w.window).await {
+            match queues::record_fed(c, &w.namespace, &names, w.window, side.read_at).await {
                 Ok(()) => unrecorded = false,
                 Err(e) if !unrecorded => {
                     unrecorded = true;
@@ -76,7 +77,7 @@ pub async fn watch(w: Watch, fed: std::sync::Arc<FedQueues>, shutdown: Cancellat
                 }
                 Err(_) => {}
             }
-            queues::look(c, w.layout, &w.namespace, &names).await
+            Ok::<_, redis::RedisError>(side)
         };
         match tokio::time::timeout(w.timeout, read).await {
             Ok(Ok(side)) => {

@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use jobrelay::admin::queues::Starving;
 use jobrelay::admin::status;
 use jobrelay::broker::redis_probe::RedisProbe;
 use jobrelay::config::{Config, STATEMENT_TIMEOUT};
@@ -141,14 +140,8 @@ async fn consumers(config: &Config, pool: &sqlx::PgPool, table_present: bool) ->
         }
     };
     let mut warned = false;
-    for q in look.side.queues.iter().filter(|q| q.starving()) {
+    for line in look.starving() {
         warned = true;
-        let line = Starving {
-            side: q,
-            layout: look.side.layout,
-            namespace: &look.side.namespace,
-            elsewhere: &look.elsewhere[&q.queue],
-        };
         println!("redis: warning: {line}");
     }
     warned

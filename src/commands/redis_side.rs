@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
-use jobrelay::admin::queues::{self, RedisSide, MAX_QUEUES};
+use jobrelay::admin::queues::{self, RedisSide, Starving, MAX_QUEUES};
 use jobrelay::config::Config;
 
 /// What `status` and `check` show of the Redis side.
@@ -16,6 +16,23 @@ pub(super) struct Look {
     pub left_out: usize,
     /// For each queue without consumer, the namespaces where its consumers are seen.
     pub elsewhere: BTreeMap<String, Vec<String>>,
+}
+
+impl Look {
+    /// The line of each queue whose jobs wait with no consumer, naming where its consumers
+    /// are seen.
+    pub(super) fn starving(&self) -> impl Iterator<Item = Starving<'_>> {
+        self.side
+            .queues
+            .iter()
+            .filter(|q| q.starving())
+            .map(|q| Starving {
+                side: q,
+                layout: self.side.layout,
+                namespace: &self.side.namespace,
+                elsewhere: &self.elsewhere[&q.queue],
+            })
+    }
 }
 
 /// Reads the Redis side of `known` (the outbox's queues) and of the runner's registered

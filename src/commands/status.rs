@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use jobrelay::admin::queues::Starving;
 use jobrelay::admin::status;
 use jobrelay::config::Config;
 use jobrelay::telemetry::redact;
@@ -47,13 +46,7 @@ pub(super) async fn run(config: &Config, json: bool) -> Result<ExitCode> {
             if l.left_out > 0 {
                 println!("({} more queues not shown)", l.left_out);
             }
-            for q in l.side.queues.iter().filter(|q| q.starving()) {
-                let line = Starving {
-                    side: q,
-                    layout: l.side.layout,
-                    namespace: &l.side.namespace,
-                    elsewhere: &l.elsewhere[&q.queue],
-                };
+            for line in l.starving() {
                 println!("warning: {line}");
             }
         }

@@ -54,15 +54,12 @@ pub const QUEUE_OLDEST_AGE: &str = "jobrelay_queue_oldest_age_seconds";
 /// none).
 pub const QUEUE_CONSUMERS: &str = "jobrelay_queue_consumers";
 
-/// One watched queue's gauges: its name, depth, oldest age and consumers (each `None`: no
-/// series).
-type QueueSample = (String, u64, Option<f64>, Option<usize>);
-
-/// The last sample of the watched queues: rendered after the recorder's metrics
-/// ([`render_queue_sides`]), so that a queue no longer watched has no series at all (a
-/// gauge of the `metrics` facade, once set, stays).
-#[cfg_attr(not(feature = "daemon"), allow(dead_code))]
-static QUEUE_SIDES: std::sync::Mutex<Vec<QueueSample>> = std::sync::Mutex::new(Vec::new());
+/// The last sample of the watched queues (those whose list could be read): rendered after the
+/// recorder's metrics ([`render_queue_sides`]), so that a queue no longer watched has no
+/// series at all (a gauge of the `metrics` facade, once set, stays).
+#[cfg(feature = "daemon")]
+static QUEUE_SIDES: std::sync::Mutex<Vec<crate::admin::queues::QueueSide>> =
+    std::sync::Mutex::new(Vec::new());
 
 /// Registers help texts. Call once after installing a recorder.
 pub fn describe() {
@@ -272,19 +269,14 @@ pub(in crate::telemetry) fn queue_sides(sides: &[crate::admin::queues::QueueSide
     let mut all = QUEUE_SIDES.lock().expect("not poisoned");
     all.clear();
     // A queue whose list could not be read has no series: its depth is not known.
-    all.extend(sides.iter().filter(|s| s.error.is_none()).map(|s| {
-        let age = if s.depth == 0 {
-            Some(0.0)
-        } else {
-            s.oldest_age_seconds
-        };
-        (s.queue.clone(), s.depth, age, s.consumers)
-    }));
+    all.extend(sides.iter().filter(|s| s.error.is_none()).cloned());
 }
 
 /// Appends the watched queues' gauges to `out` (the Prometheus text format), nothing when no
 /// queue is watched.
+#[cfg(feature = "daemon")]
 pub fn render_queue_sides(out: &mut String) {
+    use crate::admin::queues::QueueSide;
     use std::fmt::Write as _;
     let all = QUEUE_SIDES.lock().expect("not poisoned");
     if all.is_empty() {
@@ -295,29 +287,36 @@ pub fn render_queue_sides(out: &mut String) {
             .replace('"', "\\\"")
             .replace('\n', "\\n")
     };
-    type Gauge = (&'static str, &'static str, fn(&QueueSample) -> Option<f64>);
+    type Gauge = (&'static str, &'static str, fn(&QueueSide) -> Option<f64>);
     let gauges: [Gauge; 3] = [
         (
             QUEUE_DEPTH,
             "Jobs waiting in the queue's Redis list, by queue",
-            |s| Some(s.1 as f64),
+            |s| Some(s.depth as f64),
         ),
         (
             QUEUE_OLDEST_AGE,
             "Seconds since the next job to be popped was put on the queue, by queue",
-            |s| s.2,
+            // 0 when empty, as the backlog's oldest age.
+            |s| {
+                if s.depth == 0 {
+                    Some(0.0)
+                } else {
+                    s.oldest_age_seconds
+                }
+            },
         ),
         (
             QUEUE_CONSUMERS,
             "Consumers the runner records for the queue, by queue",
-            |s| s.3.map(|n| n as f64),
+            |s| s.consumers.map(|n| n as f64),
         ),
     ];
     for (name, help, value) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
         for s in all.iter() {
             if let Some(v) = value(s) {
-                let _ = writeln!(out, "{name}{{queue=\"{}\"}} {v}", label(&s.0));
+                let _ = writeln!(out, "{name}{{queue=\"{}\"}} {v}", label(&s.queue));
             }
         }
         out.push('\n');

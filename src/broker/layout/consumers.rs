@@ -88,6 +88,37 @@ pub trait Consumers: Peek {
     fn enqueued_at(&self, job: &Decoded) -> Option<f64>;
 }
 
+/// The keys matching `pattern` (a `MATCH` glob) of the given `TYPE`, looking at no more than
+/// `budget` keys (`SCAN` in steps of 1000), and whether the scan got to its end within it.
+pub async fn scan_keys(
+    con: &mut RedisConnection,
+    pattern: &str,
+    kind: &str,
+    budget: usize,
+) -> RedisResult<(Vec<String>, bool)> {
+    let mut found = Vec::new();
+    let mut cursor: u64 = 0;
+    let mut looked = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .arg("TYPE")
+            .arg(kind)
+            .query_async(con)
+            .await?;
+        found.extend(keys);
+        looked += 1000;
+        cursor = next;
+        if cursor == 0 || looked >= budget {
+            return Ok((found, cursor == 0));
+        }
+    }
+}
+
 /// The namespaces of the keys ending in `suffix` of the given `TYPE` (the part before the
 /// suffix), but `namespace`, looking at no more than [`SCAN_BUDGET`] keys.
 pub async fn namespaces_of_keys(
@@ -96,33 +127,14 @@ pub async fn namespaces_of_keys(
     kind: &str,
     namespace: &str,
 ) -> RedisResult<Vec<String>> {
-    let mut found = std::collections::BTreeSet::new();
-    let mut cursor: u64 = 0;
-    let mut looked = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("*{}", glob_escape(suffix)))
-            .arg("COUNT")
-            .arg(1000)
-            .arg("TYPE")
-            .arg(kind)
-            .query_async(con)
-            .await?;
-        for key in keys {
-            if let Some(ns) = key.strip_suffix(suffix) {
-                if ns != namespace {
-                    found.insert(ns.to_owned());
-                }
-            }
-        }
-        looked += 1000;
-        cursor = next;
-        if cursor == 0 || looked >= SCAN_BUDGET {
-            return Ok(found.into_iter().collect());
-        }
-    }
+    let pattern = format!("*{}", glob_escape(suffix));
+    let (keys, _) = scan_keys(con, &pattern, kind, SCAN_BUDGET).await?;
+    let found: std::collections::BTreeSet<&str> = keys
+        .iter()
+        .filter_map(|key| key.strip_suffix(suffix))
+        .filter(|ns| *ns != namespace)
+        .collect();
+    Ok(found.into_iter().map(str::to_owned).collect())
 }
 
 /// `text` with the characters special in a `MATCH` pattern escaped.

@@ -33,7 +33,7 @@ use base64::Engine as _;
 use redis::ErrorKind;
 
 use super::super::consumers::{
-    field_seconds, glob_escape, Consumer, Consumers, Reading, Seen, SCAN_BUDGET,
+    field_seconds, glob_escape, scan_keys, Consumer, Consumers, Reading, Seen, SCAN_BUDGET,
 };
 use super::super::peek::Decoded;
 use super::Bullmq;
@@ -166,30 +166,16 @@ impl Consumers for Bullmq {
             if con.topology() == Topology::Cluster {
                 return Ok(Vec::new());
             }
-            let mut found = BTreeSet::new();
-            let mut cursor: u64 = 0;
-            let mut looked = 0;
-            loop {
-                let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(format!("{}*{META_SUFFIX}", glob_escape(namespace)))
-                    .arg("COUNT")
-                    .arg(1000)
-                    .arg("TYPE")
-                    .arg("hash")
-                    .query_async(con)
-                    .await?;
-                found.extend(keys.iter().filter_map(|key| {
+            let pattern = format!("{}*{META_SUFFIX}", glob_escape(namespace));
+            let (keys, _) = scan_keys(con, &pattern, "hash", SCAN_BUDGET).await?;
+            let found: BTreeSet<String> = keys
+                .iter()
+                .filter_map(|key| {
                     let queue = key.strip_prefix(namespace)?.strip_suffix(META_SUFFIX)?;
                     (!queue.is_empty() && !queue.contains(':')).then(|| queue.to_owned())
-                }));
-                looked += 1000;
-                cursor = next;
-                if cursor == 0 || looked >= SCAN_BUDGET {
-                    return Ok(found.into_iter().collect());
-                }
-            }
+                })
+                .collect();
+            Ok(found.into_iter().collect())
         })
     }
 

@@ -53,7 +53,7 @@ use redis::aio::ConnectionLike as _;
 use serde_json::Value;
 
 use super::super::consumers::{
-    glob_escape, namespaces_of_keys, Consumer, Consumers, Reading, Seen,
+    glob_escape, namespaces_of_keys, scan_keys, Consumer, Consumers, Reading, Seen,
 };
 use super::super::peek::Decoded;
 use super::Celery;
@@ -150,30 +150,12 @@ async fn bindings(
     namespace: &str,
 ) -> redis::RedisResult<Option<Bindings>> {
     let prefix = format!("{namespace}{BINDINGS_INFIX}");
-    let mut keys = BTreeSet::new();
-    let mut cursor: u64 = 0;
-    let mut looked = 0;
-    loop {
-        let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{}*", glob_escape(&prefix)))
-            .arg("COUNT")
-            .arg(1000)
-            .arg("TYPE")
-            .arg("set")
-            .query_async(con)
-            .await?;
-        keys.extend(found);
-        looked += 1000;
-        cursor = next;
-        if cursor == 0 {
-            break;
-        }
-        if looked >= BINDINGS_SCAN_BUDGET {
-            return Ok(None);
-        }
+    let pattern = format!("{}*", glob_escape(&prefix));
+    let (found, complete) = scan_keys(con, &pattern, "set", BINDINGS_SCAN_BUDGET).await?;
+    if !complete {
+        return Ok(None);
     }
+    let keys: BTreeSet<String> = found.into_iter().collect();
     let mut seen = Bindings::default();
     if keys.is_empty() {
         return Ok(Some(seen));

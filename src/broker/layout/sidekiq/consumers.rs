@@ -26,6 +26,9 @@ impl Consumers for Sidekiq {
                 .arg(format!("{namespace}processes"))
                 .query_async(con)
                 .await?;
+            if identities.is_empty() {
+                return Ok(Seen::Consumers(Vec::new()));
+            }
             let mut pipe = redis::pipe();
             pipe.cmd("TIME");
             for id in &identities {
@@ -34,18 +37,13 @@ impl Consumers for Sidekiq {
                     .arg("info")
                     .arg("beat");
             }
-            let (time, beats): ((u64, u64), Vec<Beat>) = if identities.is_empty() {
-                (redis::cmd("TIME").query_async(con).await?, Vec::new())
-            } else {
-                let mut replies: Vec<redis::Value> = pipe.query_async(con).await?;
-                let time = redis::from_redis_value(&replies.remove(0))?;
-                let beats = replies
-                    .iter()
-                    .map(redis::from_redis_value)
-                    .collect::<redis::RedisResult<_>>()?;
-                (time, beats)
-            };
-            let now = time.0 as f64 + time.1 as f64 / 1e6;
+            let mut replies: Vec<redis::Value> = pipe.query_async(con).await?;
+            let (secs, micros): (u64, u64) = redis::from_redis_value(&replies.remove(0))?;
+            let now = secs as f64 + micros as f64 / 1e6;
+            let beats: Vec<Beat> = replies
+                .iter()
+                .map(redis::from_redis_value)
+                .collect::<redis::RedisResult<_>>()?;
             let alive = identities
                 .into_iter()
                 .zip(beats)
