@@ -7,9 +7,10 @@ use std::ops::Range;
 
 /// The outbox table's columns and their types, as `format_type` prints them (`timestamptz`
 /// for `timestamp with time zone`), in the table's own order (migration 1; docs/schema.md),
-/// except `options`: migration 8 added it at the end of the table, it is listed here with the
-/// job's other columns (statements name their columns, so the table's order does not matter).
-pub(crate) const TYPED: [(&str, &str); 15] = [
+/// except `options` and `ordering_key`: migrations 8 and 9 added them at the end of the table,
+/// they are listed here with the job's other columns (statements name their columns, so the
+/// table's order does not matter).
+pub(crate) const TYPED: [(&str, &str); 16] = [
     ("id", "bigint"),
     ("uuid", "uuid"),
     ("queue", "text"),
@@ -21,6 +22,7 @@ pub(crate) const TYPED: [(&str, &str); 15] = [
     ("run_at", "timestamptz"),
     ("headers", "jsonb"),
     ("options", "jsonb"),
+    ("ordering_key", "text"),
     ("created_at", "timestamptz"),
     ("attempts", "integer"),
     ("available_at", "timestamptz"),
@@ -28,21 +30,21 @@ pub(crate) const TYPED: [(&str, &str); 15] = [
 ];
 
 /// The columns' names, in the table's order: [`TYPED`] without the types.
-pub(crate) const COLUMNS: [&str; 15] = names(TYPED);
+pub(crate) const COLUMNS: [&str; 16] = names(TYPED);
 
 /// Every column.
 pub(crate) const ALL: Range<usize> = 0..COLUMNS.len();
-/// What a producer writes: the job, `uuid` through `options`.
-pub(crate) const JOB: Range<usize> = at::UUID..at::OPTIONS + 1;
+/// What a producer writes: the job, `uuid` through `ordering_key`.
+pub(crate) const JOB: Range<usize> = at::UUID..at::ORDERING_KEY + 1;
 /// What requeueing a dead letter moves: the job and `created_at`.
 pub(crate) const JOB_AND_CREATED: Range<usize> = at::UUID..at::CREATED_AT + 1;
 /// The columns the claim returns first, in this order: `id` through `attempts`. Two flags
 /// follow them ([`CLAIM_FLAGS`]).
 pub(crate) const CLAIMED: Range<usize> = at::ID..at::ATTEMPTS + 1;
 /// What the claim returns after the columns of [`CLAIMED`], in this order: whether the claim
-/// moved the row to the dead letters itself (`buried`), and whether the byte cap cut the batch
-/// short (`capped`).
-pub(crate) const CLAIM_FLAGS: [&str; 2] = ["buried", "capped"];
+/// moved the row to the dead letters itself (`buried`), whether the byte cap cut the batch
+/// short (`capped`), and whether it locked rows it left for their key's earlier rows (`held`).
+pub(crate) const CLAIM_FLAGS: [&str; 3] = ["buried", "capped", "held"];
 
 /// Positions in [`COLUMNS`] (and in the claim's `RETURNING` list) that decoding reads, each
 /// found by its column's name when the crate compiles.
@@ -60,12 +62,15 @@ pub(crate) mod at {
     pub(crate) const RUN_AT: usize = position(&COLUMNS, "run_at");
     pub(crate) const HEADERS: usize = position(&COLUMNS, "headers");
     pub(crate) const OPTIONS: usize = position(&COLUMNS, "options");
+    pub(crate) const ORDERING_KEY: usize = position(&COLUMNS, "ordering_key");
     pub(crate) const CREATED_AT: usize = position(&COLUMNS, "created_at");
     pub(crate) const ATTEMPTS: usize = position(&COLUMNS, "attempts");
     /// The claim's flag `buried`, after the columns of [`CLAIMED`].
     pub(crate) const BURIED: usize = CLAIMED.end + position(&CLAIM_FLAGS, "buried");
     /// The claim's flag `capped`, after the columns of [`CLAIMED`].
     pub(crate) const CAPPED: usize = CLAIMED.end + position(&CLAIM_FLAGS, "capped");
+    /// The claim's flag `held`, after the columns of [`CLAIMED`].
+    pub(crate) const HELD: usize = CLAIMED.end + position(&CLAIM_FLAGS, "held");
 }
 
 /// The names of `typed`.
@@ -194,13 +199,14 @@ mod tests {
             (at::PAYLOAD, "payload"),
             (at::HEADERS, "headers"),
             (at::OPTIONS, "options"),
+            (at::ORDERING_KEY, "ordering_key"),
             (at::ATTEMPTS, "attempts"),
         ] {
             assert_eq!(COLUMNS[i], name);
         }
-        // The claim returns every column before `available_at`, then its two flags.
+        // The claim returns every column before `available_at`, then its three flags.
         assert_eq!((CLAIMED.start, COLUMNS[CLAIMED.end]), (0, "available_at"));
-        assert_eq!((at::BURIED, at::CAPPED), (13, 14));
+        assert_eq!((at::BURIED, at::CAPPED, at::HELD), (14, 15, 16));
         assert_eq!(list(JOB_AND_CREATED), format!("{}, created_at", list(JOB)));
     }
 
@@ -209,12 +215,12 @@ mod tests {
         assert_eq!(
             unnest(JOB),
             "unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::uuid[], $6::uuid[], \
-             $7::boolean[], $8::timestamptz[], $9::text[], $10::text[]) AS u(uuid, queue, \
-             job_type, payload, parent_uuid, predecessor_uuid, dead_parent, run_at, headers, \
-             options)"
+             $7::boolean[], $8::timestamptz[], $9::text[], $10::text[], $11::text[]) AS u(uuid, \
+             queue, job_type, payload, parent_uuid, predecessor_uuid, dead_parent, run_at, \
+             headers, options, ordering_key)"
         );
         assert!(unnest(ALL).starts_with("unnest($1::bigint[], "));
-        assert!(unnest(ALL).contains("$13::integer[], $14::float8[], $15::text[]"));
+        assert!(unnest(ALL).contains("$14::integer[], $15::float8[], $16::text[]"));
         assert!(unnest(ALL).ends_with("attempts, delay, last_error)"));
         assert!(from_unnest(ALL).contains("now() + u.delay * interval '1 second'"));
     }

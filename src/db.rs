@@ -360,12 +360,12 @@ pub fn begin_statement(statement_timeout: Duration, idle_in_transaction: Duratio
 /// The columns of an outbox table and their types (docs/schema.md), as `format_type` prints
 /// them (`timestamptz` for `timestamp with time zone`), in the table's order. Other columns may
 /// follow. The same list every statement on the outbox is rendered from.
-pub const OUTBOX_COLUMNS: [(&str, &str); 15] = crate::columns::TYPED;
+pub const OUTBOX_COLUMNS: [(&str, &str); 16] = crate::columns::TYPED;
 
 /// The columns of [`OUTBOX_COLUMNS`] that `migrate` adds to an existing outbox and its
 /// dead-letter table that lack them (migration 8, `jobrelay_create_outbox`): their absence does
 /// not make a table unfit. Present with another type, they do.
-const ADDED_BY_MIGRATE: [&str; 1] = ["options"];
+const ADDED_BY_MIGRATE: [&str; 2] = ["options", "ordering_key"];
 
 /// The dead-letter table's column besides [`OUTBOX_COLUMNS`] (docs/schema.md).
 pub const DEAD_LETTER_COLUMN: (&str, &str) = ("dead_at", "timestamptz");

@@ -31,6 +31,12 @@ pub struct Report {
     /// Rows whose push Redis did not acknowledge while it acknowledged others of the batch:
     /// kept untouched (attempts unchanged) for the next batch.
     pub kept: u64,
+    /// Rows handed back untouched (attempts unchanged) behind an earlier row of their ordering
+    /// key that did not go in this batch (docs/guarantees.md#per-key-order).
+    pub held: u64,
+    /// The claim locked rows it left for a later claim: rows of a key whose earlier row was
+    /// pending outside the claim (another worker's, backing off, not due) or dead-lettered.
+    pub passed_over: bool,
     /// Why some rows were kept: the failure that interrupted the push. The batch committed
     /// what Redis acknowledged; the relay backs off as after a transient failure.
     pub interrupted: Option<Interruption>,
@@ -105,6 +111,8 @@ impl Report {
         self.invalid += other.invalid;
         self.dead_lettered += other.dead_lettered;
         self.kept += other.kept;
+        self.held += other.held;
+        self.passed_over |= other.passed_over;
         if other.interrupted.is_some() {
             self.interrupted.clone_from(&other.interrupted);
         }
@@ -143,6 +151,9 @@ impl fmt::Display for Report {
         )?;
         if self.kept > 0 {
             write!(f, " kept={}", self.kept)?;
+        }
+        if self.held > 0 {
+            write!(f, " held={}", self.held)?;
         }
         Ok(())
     }

@@ -53,6 +53,7 @@ pub async fn bench_naive(sb: &Sandbox, args: &Args) -> Result<serde_json::Value,
             created_at,
             headers: Default::default(),
             options: Default::default(),
+            ordering_key: None,
         };
         enqueuer.enqueue(&mut con, &job).await?;
         sqlx::query("DELETE FROM pending_jobs WHERE id = $1")

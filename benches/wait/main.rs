@@ -49,6 +49,7 @@ fn jobs(n: usize) -> Vec<Job> {
             created_at: chrono::Utc::now(),
             headers: Default::default(),
             options: Default::default(),
+            ordering_key: None,
         })
         .collect()
 }

@@ -405,21 +405,31 @@ pub async fn requeue(pool: &PgPool, table: &TableName, sel: &Selection) -> Resul
         .iter()
         .map(|row| sqlx::Row::try_get::<i64, _>(row, 0))
         .collect::<std::result::Result<Vec<i64>, _>>()?;
+    // A row without an ordering key gets a new id: above every relay's claim cursor, it is
+    // claimed at once. A keyed row keeps its id (`jobrelay.keep_ids`: the ordering trigger
+    // draws none), so it goes first in its key again, before the rows it held
+    // (docs/guarantees.md#per-key-order); a relay's next catch-up finds it.
     let sql = format!(
         "WITH moved AS (DELETE FROM {d} WHERE {cond} AND ({RELAYABLE}) IS TRUE
-                        RETURNING id, {job})
-         INSERT INTO {t} ({job})
-         SELECT {job} FROM moved ORDER BY id",
+                        RETURNING id, {job}),
+              plain AS (INSERT INTO {t} ({job})
+                        SELECT {job} FROM moved WHERE ordering_key IS NULL ORDER BY id
+                        RETURNING 1),
+              keyed AS (INSERT INTO {t} (id, {job})
+                        SELECT id, {job} FROM moved
+                        WHERE ordering_key IS NOT NULL
+                          AND (SELECT set_config('jobrelay.keep_ids', 'on', true)) IS NOT NULL
+                        ORDER BY id
+                        RETURNING 1)
+         SELECT (SELECT count(*) FROM plain) + (SELECT count(*) FROM keyed)",
         job = crate::columns::list(crate::columns::JOB_AND_CREATED),
         d = table.dead(),
         t = table.pending(),
         cond = sel.condition()
     );
-    let moved = sel
-        .bind(sqlx::query(&sql))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+    let moved: i64 =
+        sqlx::Row::try_get(&sel.bind(sqlx::query(&sql)).fetch_one(&mut *tx).await?, 0)?;
+    let moved = moved as u64;
     tx.commit().await?;
     Ok(Requeued { moved, kept })
 }

@@ -79,6 +79,20 @@ pub enum Error {
         message: String,
     },
 
+    /// This job was not sent: an earlier job of its ordering key in the same enqueue was
+    /// refused or failed, and a job never overtakes an earlier one of its key
+    /// (docs/guarantees.md#per-key-order). Nothing of it was written; its row is handed back
+    /// as it was (no attempt counted) and waits behind that earlier row.
+    #[error("job {uuid} held: job {behind} of its ordering key {key:?} did not go first")]
+    Held {
+        /// The job's uuid.
+        uuid: uuid::Uuid,
+        /// Its ordering key.
+        key: String,
+        /// The earlier job of the key that did not go.
+        behind: uuid::Uuid,
+    },
+
     /// The script call that carried this job failed, or was not made because an earlier call
     /// of the same batch failed. Jobs of earlier calls were acknowledged. Transient: whether
     /// this job landed is unknown (it did not if the reason is an answer such as OOM); a retry
@@ -323,6 +337,7 @@ impl Error {
                 _ => ErrorClass::Config,
             },
             Error::Unacknowledged { .. }
+            | Error::Held { .. }
             | Error::Redis(_)
             | Error::Database(_)
             | Error::ConnectBackoff { .. }

@@ -23,6 +23,8 @@ pub type JobResult = std::result::Result<Outcome, crate::error::Error>;
 pub const MAX_QUEUE_LEN: usize = 128;
 /// Longest job type accepted (docs/schema.md).
 pub const MAX_JOB_TYPE_LEN: usize = 256;
+/// Longest ordering key accepted, in characters (docs/schema.md).
+pub const MAX_ORDERING_KEY_LEN: usize = 256;
 
 /// One job, as validated data.
 ///
@@ -56,6 +58,11 @@ pub struct Job {
     /// (docs/layouts/README.md#job-options). Empty for most jobs, and then free. Shared: the
     /// jobs of a batch whose rows hold the same options share one parsed object.
     pub options: Arc<Options>,
+    /// The job's ordering key (the row's `ordering_key`, docs/guarantees.md#per-key-order):
+    /// the jobs of one key enter the runner's storage in the order of their rows, and a job
+    /// of a key waits while an earlier one of the key cannot go. 1..=256 characters; `None`
+    /// for a job that needs no order.
+    pub ordering_key: Option<String>,
 }
 
 /// A job's runner options: a JSON object ([`Job::options`]).
@@ -65,6 +72,25 @@ pub type Options = serde_json::Map<String, serde_json::Value>;
 pub fn no_options() -> Arc<Options> {
     static NONE: LazyLock<Arc<Options>> = LazyLock::new(Arc::default);
     Arc::clone(&NONE)
+}
+
+/// Checks an ordering key against docs/schema.md: 1..=256 characters, as the outbox's CHECK
+/// counts them.
+pub fn validate_ordering_key(key: &str) -> Result<()> {
+    let chars = key.chars().count();
+    if chars == 0 {
+        return Err(Error::invalid(
+            "ordering_key",
+            "must not be empty (NULL for no order)",
+        ));
+    }
+    if chars > MAX_ORDERING_KEY_LEN {
+        return Err(Error::invalid(
+            "ordering_key",
+            format!("{chars} characters, at most {MAX_ORDERING_KEY_LEN} allowed"),
+        ));
+    }
+    Ok(())
 }
 
 /// Checks a queue name against docs/schema.md: 1..=128 characters of `[A-Za-z0-9_.:-]`.
@@ -139,6 +165,9 @@ impl Job {
     /// [`Error::InvalidJob`] naming `run_at` or `created_at`. A failure is permanent.
     pub fn validate(&self) -> Result<()> {
         validate_identity(self.uuid, &self.queue, &self.job_type)?;
+        if let Some(key) = &self.ordering_key {
+            validate_ordering_key(key)?;
+        }
         if let Some(t) = self.run_at {
             validate_timestamp("run_at", t)?;
         }
@@ -258,6 +287,7 @@ mod tests {
             created_at: t(created_at),
             headers: BTreeMap::new(),
             options: no_options(),
+            ordering_key: None,
         }
     }
 

@@ -53,6 +53,7 @@ pub struct JobBuilder {
     run_at: Option<When>,
     headers: BTreeMap<String, String>,
     options: Options,
+    ordering_key: Option<String>,
     /// The first error a setter met (field, reason); reported by `build` so that setters stay
     /// chainable.
     error: Option<(&'static str, String)>,
@@ -84,6 +85,7 @@ impl JobBuilder {
             run_at: None,
             headers: BTreeMap::new(),
             options: Options::new(),
+            ordering_key: None,
             error: None,
             #[cfg(feature = "otel")]
             trace: None,
@@ -271,6 +273,16 @@ impl JobBuilder {
         self
     }
 
+    /// Names the job's ordering key (the row's `ordering_key`, 1..=256 characters): the jobs
+    /// of one key enter the runner's storage in the order their rows were written, and none
+    /// overtakes an earlier one of its key that is still waiting, backing off or dead-lettered
+    /// (docs/guarantees.md#per-key-order). Writing a keyed row takes a lock on its key until
+    /// the transaction ends: two transactions writing the same key run one after the other.
+    pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
+        self.ordering_key = Some(key.into());
+        self
+    }
+
     /// Takes `traceparent` (and `tracestate`) from `context` rather than from the current
     /// OpenTelemetry context. With `tracing-opentelemetry`, pass
     /// `tracing::Span::current().context()`. A context without a valid span adds nothing.
@@ -283,7 +295,7 @@ impl JobBuilder {
     /// Validates the job and returns it, with a uuid generated when none was given.
     ///
     /// Refused with [`Error::InvalidJob`] naming the field: `queue`, `job_type`, `uuid`,
-    /// `payload`, `parent_uuid`, `predecessor_uuid`, `run_at`, `headers` or `options`. These are the
+    /// `payload`, `parent_uuid`, `predecessor_uuid`, `run_at`, `headers`, `options` or `ordering_key`. These are the
     /// checks of the table's CHECK constraints and of the enqueue algorithm, plus what Postgres
     /// would refuse later (a NUL character in a text or JSON value), so that a job that builds
     /// also inserts and relays.
@@ -343,6 +355,7 @@ impl JobBuilder {
             } else {
                 std::sync::Arc::new(self.options)
             },
+            ordering_key: self.ordering_key,
         };
         check(&job)?;
         Ok(job)
@@ -384,6 +397,16 @@ pub(crate) fn check(job: &Job) -> Result<()> {
     if job.job_type.contains('\0') {
         return Err(Error::invalid(
             "job_type",
+            "must not contain a NUL character",
+        ));
+    }
+    if job
+        .ordering_key
+        .as_deref()
+        .is_some_and(|k| k.contains('\0'))
+    {
+        return Err(Error::invalid(
+            "ordering_key",
             "must not contain a NUL character",
         ));
     }

@@ -221,6 +221,7 @@ impl PendingJobs {
         let mut run_ats = Vec::with_capacity(n);
         let mut headers = Vec::with_capacity(n);
         let mut options = Vec::with_capacity(n);
+        let mut ordering_keys = Vec::with_capacity(n);
         for &i in &todo {
             let job = &self.jobs[i];
             uuids.push(job.uuid);
@@ -233,6 +234,7 @@ impl PendingJobs {
             run_ats.push(job.run_at);
             headers.push(job.headers_json());
             options.push(job.options_json());
+            ordering_keys.push(job.ordering_key.as_deref());
         }
         let rows: Vec<(i64, Uuid, DateTime<Utc>)> = sqlx::query_as(&self.producer.inner.sql.insert)
             .bind(&uuids)
@@ -245,6 +247,7 @@ impl PendingJobs {
             .bind(&run_ats)
             .bind(&headers)
             .bind(&options)
+            .bind(&ordering_keys)
             .fetch_all(conn)
             .await?;
         if rows.len() != n {

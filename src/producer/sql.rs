@@ -36,12 +36,22 @@ impl Sql {
                 values = columns::from_unnest(JOB),
                 unnest = columns::unnest_numbered(JOB),
             ),
+            // A keyed row only at the head of its key: no earlier row of the key pending (in
+            // this set or not: whether this claim got that one is not known here) or
+            // dead-lettered (docs/guarantees.md#per-key-order). The relay takes the others.
             claim: format!(
                 "SELECT p.id FROM {t} p \
                  JOIN unnest($1::int8[], $2::uuid[]) AS w(id, uuid) \
                    ON p.id = w.id AND p.uuid = w.uuid \
                  WHERE p.id = ANY($1::int8[]) AND p.available_at <= now() \
-                 FOR UPDATE OF p SKIP LOCKED"
+                   AND (p.ordering_key IS NULL \
+                        OR ((p.run_at IS NULL OR p.run_at <= now()) \
+                            AND NOT EXISTS (SELECT 1 FROM {t} e \
+                                            WHERE e.ordering_key = p.ordering_key AND e.id < p.id) \
+                            AND NOT EXISTS (SELECT 1 FROM {d} x \
+                                            WHERE x.ordering_key = p.ordering_key))) \
+                 FOR UPDATE OF p SKIP LOCKED",
+                d = table.dead()
             ),
             delete: format!(
                 "DELETE FROM {t} p USING unnest($1::int8[], $2::uuid[]) AS w(id, uuid) \

@@ -1,5 +1,6 @@
 //! One relay step: claim a batch, push it, delete what Redis acknowledged, commit.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -117,7 +118,7 @@ impl<S: JobSink> Batcher<S> {
             turn.finish(Claimed {
                 last_id: report.last_id,
                 full: report.more,
-                kept: report.kept > 0,
+                kept: report.kept > 0 || report.held > 0 || report.passed_over,
                 handed_back: report.refused > 0,
                 took: report.stages.claim,
             });
@@ -251,6 +252,7 @@ impl<S: JobSink> Batcher<S> {
         let mut report = Report {
             claimed: claimed.len() as u64,
             more: claimed.len() >= self.settings.batch_size || claimed.iter().any(|c| c.capped),
+            passed_over: claimed.iter().any(|c| c.held),
             last_id: claimed.iter().map(|c| c.row.id).max(),
             ..Report::default()
         };
@@ -312,11 +314,31 @@ impl<S: JobSink> Batcher<S> {
         let mut buried_first: Option<(i64, Uuid)> = None;
         let mut buried = 0;
         let mut options = SharedOptions::default();
+        // Ordering keys whose row failed here, with that row's uuid: their later rows of the
+        // batch are held (handed back as they were), never pushed ahead of it.
+        let mut stopped: HashMap<String, Uuid> = HashMap::new();
         for c in claimed {
             let row = c.row;
+            if let Some(behind) = row.ordering_key.as_ref().and_then(|k| stopped.get(k)) {
+                report.held += 1;
+                failed.push(Failed {
+                    error: Error::Held {
+                        uuid: row.uuid,
+                        key: row.ordering_key.clone().unwrap_or_default(),
+                        behind: *behind,
+                    }
+                    .to_string(),
+                    row,
+                    fate: Fate::Retry(Duration::ZERO),
+                });
+                continue;
+            }
             if c.buried {
                 buried += 1;
                 buried_first.get_or_insert((row.id, row.uuid));
+                if let Some(key) = row.ordering_key {
+                    stopped.insert(key, row.uuid);
+                }
                 continue;
             }
             match row.into_job(&mut options) {
@@ -326,6 +348,9 @@ impl<S: JobSink> Batcher<S> {
                 }
                 Err(failed_row) => {
                     let (mut row, e) = *failed_row;
+                    if let Some(key) = &row.ordering_key {
+                        stopped.insert(key.clone(), row.uuid);
+                    }
                     // A failed attempt like any other, though the last one (docs/guarantees.md#failure-classes).
                     row.attempts = row.attempts.saturating_add(1);
                     report.invalid += 1;
@@ -414,6 +439,16 @@ impl<S: JobSink> Batcher<S> {
                     }
                     .emit();
                     acknowledged.push(meta.id);
+                    continue;
+                }
+                Err(e @ Error::Held { .. }) => {
+                    // Not its failure: back as it was, behind the key's earlier row.
+                    report.held += 1;
+                    failed.push(Failed {
+                        row: PendingRow::rejoin(meta, job),
+                        error: e.to_string(),
+                        fate: Fate::Retry(Duration::ZERO),
+                    });
                     continue;
                 }
                 Err(e) => e,

@@ -100,6 +100,7 @@ impl Queries {
     /// [`ClaimNeeds::holds_until_due`], it takes a row only once its `run_at` has passed.
     pub fn for_needs(table: &TableName, needs: ClaimNeeds) -> Self {
         let t = table.pending();
+        let d = table.dead();
         let row_columns = columns::list(ALL);
         // The buried row, as the statement's snapshot saw it, with its attempt counted and why.
         let buried_values = columns::list_with(ALL, |c| match c {
@@ -128,6 +129,7 @@ impl Queries {
             .map(|flag| match flag {
                 "buried" => "octet_length(payload) > $4::int8 AS buried",
                 "capped" => "NOT (SELECT all_fit FROM fits) AS capped",
+                "held" => "EXISTS (SELECT 1 FROM passed) AS held",
                 other => unreachable!("claim flag {other}"),
             })
             .join(", ");
@@ -154,7 +156,6 @@ impl Queries {
         } else {
             ""
         };
-        let d = table.dead();
         Queries {
             // The rows are locked in `id` order, then deleted by their tuple ids: a TID scan,
             // where joining on `id` would descend the primary key once more per row (measured:
@@ -179,14 +180,15 @@ impl Queries {
                          SELECT 1 FROM generate_series(0, $5::int4 - 1) AS s
                          WHERE pg_try_advisory_xact_lock({CLAIM_SLOT_CLASS} + s, hashtext({channel}))
                      ))::text, true)::bool AS held
-                 ), locked AS MATERIALIZED (
-                     SELECT ctid, id, octet_length(payload) > $4::int8 AS oversize,
+                 ), candidates AS MATERIALIZED (
+                     SELECT ctid, id, ordering_key, octet_length(payload) > $4::int8 AS oversize,
                             CASE WHEN octet_length(payload) > $4::int8 THEN 0
                                  ELSE octet_length(payload) END + {ROW_OVERHEAD_BYTES} AS counted
                      FROM {t}
                      WHERE (SELECT held FROM slot)
                        AND id >= $6::int8
                        AND available_at <= now() {due}
+                       AND (ordering_key IS NULL OR run_at IS NULL OR run_at <= now())
                        AND ($2::float8 IS NULL OR created_at <= now() - $2 * interval '1 second'
                             OR created_at NOT BETWEEN '0001-01-01 00:00:00+00'
                                                   AND '9999-12-31 23:59:59.999999+00')
@@ -194,6 +196,34 @@ impl Queries {
                      ORDER BY id
                      LIMIT $1
                      FOR UPDATE SKIP LOCKED
+                 ), keyed AS (
+                     SELECT id, ordering_key,
+                            min(id) OVER (PARTITION BY ordering_key) AS lo,
+                            max(id) OVER (PARTITION BY ordering_key) AS hi
+                     FROM candidates WHERE ordering_key IS NOT NULL
+                 ), stops AS (
+                     SELECT id, max(stop) OVER (PARTITION BY ordering_key) AS stop
+                     FROM (SELECT id, ordering_key,
+                                  CASE WHEN id <> lo THEN NULL
+                                       WHEN EXISTS (SELECT 1 FROM {t} p
+                                                    WHERE p.ordering_key = k.ordering_key
+                                                      AND p.id < k.lo)
+                                            OR EXISTS (SELECT 1 FROM {d} x
+                                                       WHERE x.ordering_key = k.ordering_key)
+                                            THEN lo
+                                       WHEN lo = hi THEN hi + 1
+                                       ELSE COALESCE((SELECT min(p.id) FROM {t} p
+                                                      WHERE p.ordering_key = k.ordering_key
+                                                        AND p.id > k.lo AND p.id < k.hi
+                                                        AND p.id NOT IN (SELECT id FROM candidates)),
+                                                     hi + 1)
+                                  END AS stop
+                           FROM keyed k) f
+                 ), passed AS MATERIALIZED (
+                     SELECT id FROM stops WHERE id >= stop
+                 ), locked AS MATERIALIZED (
+                     SELECT ctid, id, oversize, counted FROM candidates
+                     WHERE id NOT IN (SELECT id FROM passed)
                  ), fits AS (
                      SELECT COALESCE(sum(counted), 0) <= $3::int8 AS all_fit,
                             COALESCE(bool_or(oversize), false) AS any_oversize
@@ -220,7 +250,12 @@ impl Queries {
                  RETURNING {returning}, {flags}",
                 channel = sql_literal(&table.channel())
             ),
-            retry: format!("INSERT INTO {t} ({row_columns}) SELECT {from_unnest} FROM {unnest}"),
+            // Each row keeps its id (`jobrelay.keep_ids`: the ordering trigger of migration 9
+            // draws none), so a keyed row stays first in its key.
+            retry: format!(
+                "INSERT INTO {t} ({row_columns}) SELECT {from_unnest} FROM {unnest} \
+                 WHERE (SELECT set_config('jobrelay.keep_ids', 'on', true)) IS NOT NULL"
+            ),
             slot_held: "SELECT current_setting('jobrelay.slot_held', true)".to_owned(),
             dead_letter: format!(
                 "INSERT INTO {d} ({row_columns}) SELECT {from_unnest} FROM {unnest}"

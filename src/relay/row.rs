@@ -30,6 +30,7 @@ pub(crate) struct PendingRow {
     pub run_at: Option<PgTimestamp>,
     pub headers: String,
     pub options: String,
+    pub ordering_key: Option<String>,
     pub created_at: PgTimestamp,
     pub attempts: i32,
 }
@@ -52,6 +53,7 @@ impl<'r> sqlx::FromRow<'r, PgRow> for PendingRow {
             run_at: row.try_get(at::RUN_AT)?,
             headers: row.try_get(at::HEADERS)?,
             options: row.try_get(at::OPTIONS)?,
+            ordering_key: row.try_get(at::ORDERING_KEY)?,
             created_at: row.try_get(at::CREATED_AT)?,
             attempts: row.try_get(at::ATTEMPTS)?,
         })
@@ -132,6 +134,7 @@ impl PendingRow {
             run_at,
             headers,
             options,
+            ordering_key,
             created_at,
             attempts,
         } = self;
@@ -155,6 +158,7 @@ impl PendingRow {
             created_at: converted.created_at,
             headers: converted.headers,
             options: converted.options,
+            ordering_key,
         };
         Ok((meta, job))
     }
@@ -167,6 +171,9 @@ impl PendingRow {
         let headers = parse_headers(&self.headers)?;
         let options = options.parse(&self.options)?;
         crate::job::validate_identity(self.uuid, &self.queue, &self.job_type)?;
+        if let Some(key) = &self.ordering_key {
+            crate::job::validate_ordering_key(key)?;
+        }
         Ok(Converted {
             run_at,
             created_at,
@@ -190,6 +197,7 @@ impl PendingRow {
             run_at: meta.run_at,
             headers: meta.headers,
             options: meta.options,
+            ordering_key: job.ordering_key,
             created_at: meta.created_at,
             attempts: meta.attempts,
         }
@@ -230,9 +238,12 @@ pub(crate) struct ClaimedRow {
     pub buried: bool,
     /// The byte cap left locked rows out of this batch (the same for every row).
     pub capped: bool,
+    /// The claim locked rows it did not take: rows of a key whose earlier row is pending
+    /// outside the claim or dead-lettered (docs/guarantees.md#per-key-order).
+    pub held: bool,
 }
 
-/// The claim's columns: [`PendingRow`]'s, then the flags `buried` and `capped`, at the positions
+/// The claim's columns: [`PendingRow`]'s, then the flags `buried`, `capped` and `held`, at the positions
 /// `columns::at` names ([`super::Queries::claim`]).
 impl<'r> sqlx::FromRow<'r, PgRow> for ClaimedRow {
     fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
@@ -240,6 +251,7 @@ impl<'r> sqlx::FromRow<'r, PgRow> for ClaimedRow {
             row: PendingRow::from_row(row)?,
             buried: row.try_get(at::BURIED)?,
             capped: row.try_get(at::CAPPED)?,
+            held: row.try_get(at::HELD)?,
         })
     }
 }
@@ -261,6 +273,7 @@ pub(crate) struct RowArrays {
     run_at: Vec<Option<PgTimestamp>>,
     headers: Vec<String>,
     options: Vec<String>,
+    ordering_key: Vec<Option<String>>,
     created_at: Vec<PgTimestamp>,
     attempts: Vec<i32>,
     delay: Vec<f64>,
@@ -282,6 +295,7 @@ impl RowArrays {
             run_at: Vec::with_capacity(n),
             headers: Vec::with_capacity(n),
             options: Vec::with_capacity(n),
+            ordering_key: Vec::with_capacity(n),
             created_at: Vec::with_capacity(n),
             attempts: Vec::with_capacity(n),
             delay: Vec::with_capacity(n),
@@ -305,6 +319,7 @@ impl RowArrays {
             run_at,
             headers,
             options,
+            ordering_key,
             created_at,
             attempts,
         } = row;
@@ -319,6 +334,7 @@ impl RowArrays {
         self.run_at.push(run_at);
         self.headers.push(headers);
         self.options.push(options);
+        self.ordering_key.push(ordering_key);
         self.created_at.push(created_at);
         self.attempts.push(attempts);
         self.delay.push(delay);
@@ -345,6 +361,7 @@ impl RowArrays {
                 "run_at" => query.bind(take(&mut self.run_at)),
                 "headers" => query.bind(take(&mut self.headers)),
                 "options" => query.bind(take(&mut self.options)),
+                "ordering_key" => query.bind(take(&mut self.ordering_key)),
                 "created_at" => query.bind(take(&mut self.created_at)),
                 "attempts" => query.bind(take(&mut self.attempts)),
                 "available_at" => query.bind(take(&mut self.delay)),

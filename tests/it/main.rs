@@ -14,6 +14,7 @@
 //! - `bullmq`: the bullmq layout, checked by a real BullMQ `Worker`, `QueueEvents` and its API;
 //! - `rq`: the rq layout, checked by real RQ workers and RQ's API;
 //! - `config`: flags, environment, files, validation;
+//! - `ordering`: per-key order (`ordering_key`) across a fleet, through faults, per layout;
 //! - `ops`: metrics, probes, TLS, secrets, `check`, roles, deploy files, the HTTP listener;
 //! - `bench`: the benchmark programs run tiny so that they cannot rot;
 //! - `docs`: every code block of the README and docs/ (docs/layouts/ too) runs (or compiles,
@@ -38,6 +39,7 @@ mod enqueue;
 mod faults;
 mod marks;
 mod ops;
+mod ordering;
 mod producer;
 mod producer_only;
 mod relay;

@@ -3,7 +3,15 @@
 //! filled, which is handed out once it holds [`MAX_JOBS_PER_CALL`] jobs or the next job would
 //! take it over the byte limit. Lazily: a chunk is built only once the call before it was
 //! answered, so a failed call leaves the jobs behind it unmarshalled (and unacknowledged).
+//!
+//! Jobs with an ordering key (docs/guarantees.md#per-key-order) keep their key's order: once a
+//! job of a key is refused (before it is sent, or by the script), every later job of the key
+//! is [`Error::Held`], not sent. Within one call, a key's jobs share every destination the
+//! script could refuse (queue, schedule, flow, options): a job of a key bound elsewhere than
+//! the key's earlier jobs in the call starts the next call, which is built once this one is
+//! answered. So a refusal inside a call refuses the key's jobs of that call together.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::call::Call;
@@ -35,6 +43,11 @@ pub(super) struct Chunks<'a> {
     /// The options the layout last found fit: the jobs after it that share them (a batch's
     /// rows of one job class, [`crate::relay`]) are not checked again.
     fit_options: Option<Arc<Options>>,
+    /// Ordering keys a job of which was refused, with that job's uuid: their later jobs are
+    /// held.
+    stopped: HashMap<&'a str, uuid::Uuid>,
+    /// The ordering keys in the chunk being filled, with the index of their first job there.
+    keyed: HashMap<&'a str, usize>,
 }
 
 impl<'a> Chunks<'a> {
@@ -53,9 +66,47 @@ impl<'a> Chunks<'a> {
             buf: Vec::new(),
             scratch: String::new(),
             fit_options: None,
+            stopped: HashMap::new(),
+            keyed: HashMap::new(),
         }
     }
 
+    /// [`Error::Held`] for job `i` if its key has stopped.
+    fn held(&self, i: usize) -> Option<Error> {
+        let job = &self.jobs[i];
+        let key = job.ordering_key.as_deref()?;
+        self.stopped.get(key).map(|behind| Error::Held {
+            uuid: job.uuid,
+            key: key.to_owned(),
+            behind: *behind,
+        })
+    }
+
+    /// Takes note of a call's answers: the ordering keys of its refused jobs stop.
+    pub(super) fn answered(&mut self, sent: &[usize], results: &[Option<JobResult>]) {
+        for &i in sent {
+            if let (Some(key), Some(Err(_))) = (self.jobs[i].ordering_key.as_deref(), &results[i]) {
+                self.stopped.entry(key).or_insert(self.jobs[i].uuid);
+            }
+        }
+    }
+}
+
+/// Whether `job`'s key has a job in the chunk (`keyed`, indexes into `jobs`) bound elsewhere
+/// (see the module's doc).
+fn goes_elsewhere(keyed: &HashMap<&str, usize>, jobs: &[Job], key: &str, job: &Job) -> bool {
+    keyed.get(key).is_some_and(|&first| {
+        let first = &jobs[first];
+        first.queue != job.queue
+            || first.run_at.is_some() != job.run_at.is_some()
+            || first.parent_uuid != job.parent_uuid
+            || first.predecessor_uuid != job.predecessor_uuid
+            || first.dead_parent != job.dead_parent
+            || !(Arc::ptr_eq(&first.options, &job.options) || first.options == job.options)
+    })
+}
+
+impl<'a> Chunks<'a> {
     /// The next chunk, or `None` when every job went out or was refused. A job refused before
     /// it is sent (invalid, unfit for the layout, too large) gets its result in `results`.
     pub(super) fn next(&mut self, results: &mut [Option<JobResult>]) -> Option<Chunk<'a>> {
@@ -65,13 +116,27 @@ impl<'a> Chunks<'a> {
             sent: Vec::with_capacity(self.jobs.len().min(MAX_JOBS_PER_CALL)),
         };
         let mut call_bytes = 0;
+        self.keyed.clear();
         if let Some((i, size)) = self.carried.take() {
+            // Carried before the last call was answered: its key may have stopped since.
+            if let Some(held) = self.held(i) {
+                results[i] = Some(Err(held));
+                return self.next(results);
+            }
             chunk.call.push(&self.jobs[i], &self.buf, &mut self.scratch);
             chunk.sent.push(i);
             call_bytes = size;
+            if let Some(key) = self.jobs[i].ordering_key.as_deref() {
+                self.keyed.insert(key, i);
+            }
         }
-        for i in self.order.by_ref() {
+        while let Some(i) = self.order.next() {
             let job = &self.jobs[i];
+            let key = job.ordering_key.as_deref();
+            if let Some(held) = self.held(i) {
+                results[i] = Some(Err(held));
+                continue;
+            }
             self.buf.clear();
             let options_fit = self
                 .fit_options
@@ -79,6 +144,9 @@ impl<'a> Chunks<'a> {
                 .is_some_and(|fit| Arc::ptr_eq(fit, &job.options));
             if let Err(err) = e.marshal_checked(job, &mut self.buf, self.checks, options_fit) {
                 results[i] = Some(Err(err));
+                if let Some(key) = key {
+                    self.stopped.insert(key, job.uuid);
+                }
                 continue;
             }
             if !options_fit && !job.options.is_empty() {
@@ -86,7 +154,9 @@ impl<'a> Chunks<'a> {
             }
             let size = self.buf.len() + e.layout.args_overhead(&e.namespace, job, self.buf.len());
             if !chunk.sent.is_empty()
-                && (chunk.sent.len() == MAX_JOBS_PER_CALL || call_bytes + size > e.max_call_bytes)
+                && (chunk.sent.len() == MAX_JOBS_PER_CALL
+                    || call_bytes + size > e.max_call_bytes
+                    || key.is_some_and(|k| goes_elsewhere(&self.keyed, self.jobs, k, job)))
             {
                 self.carried = Some((i, size));
                 return Some(chunk);
@@ -94,6 +164,9 @@ impl<'a> Chunks<'a> {
             chunk.call.push(job, &self.buf, &mut self.scratch);
             chunk.sent.push(i);
             call_bytes += size;
+            if let Some(key) = key {
+                self.keyed.entry(key).or_insert(i);
+            }
         }
         (!chunk.sent.is_empty()).then_some(chunk)
     }

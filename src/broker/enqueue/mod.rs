@@ -225,6 +225,7 @@ impl Enqueuer {
             if let Err(e) = answer {
                 return unacknowledged_from(e, acknowledged, &chunk.sent, jobs, results);
             }
+            chunks.answered(&chunk.sent, &results);
             acknowledged = true;
         }
         Ok(results

@@ -16,6 +16,7 @@ fn job(n: u128, parent: Option<u128>, pred: Option<u128>) -> Job {
         created_at: Utc::now(),
         headers: BTreeMap::new(),
         options: Default::default(),
+        ordering_key: None,
     }
 }
 

@@ -410,6 +410,7 @@ pub(crate) fn test_job(queue: &str, job_type: &str, payload: &[u8]) -> Job {
         created_at: chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
         headers: std::collections::BTreeMap::new(),
         options: Default::default(),
+        ordering_key: None,
     }
 }
 

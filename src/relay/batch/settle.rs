@@ -74,8 +74,9 @@ impl<S: JobSink> Batcher<S> {
         };
         // Every row not delivered is pending again as it was: the refused and invalid ones,
         // those kept, and those the claim had moved to the dead letters (over --max-job-size).
-        let unsettled = report.refused + report.invalid + report.kept;
+        let unsettled = report.refused + report.invalid + report.kept + report.held;
         report.kept = unsettled;
+        report.held = 0;
         report.dead_lettered -= buried;
         report.handed_back = 0;
         report.unsettled = Some(Interruption {

@@ -18,6 +18,7 @@ fn row() -> PendingRow {
         run_at: Some(PgTimestamp::from_raw(1_000)),
         headers: r#"{"traceparent": "00-1"}"#.into(),
         options: r#"{"retry": false}"#.into(),
+        ordering_key: None,
         created_at: PgTimestamp::from_raw(0),
         attempts: 2,
     }

@@ -269,6 +269,8 @@ impl Event for BatchCommitted<'_> {
             invalid = report.invalid,
             dead_lettered = report.dead_lettered,
             kept = report.kept,
+            held = report.held,
+            passed_over = report.passed_over,
             claim_ms = report.stages.claim.as_secs_f64() * 1000.0,
             "batch committed"
         );

@@ -117,6 +117,7 @@ fn job(queue: &str, size: usize, routed: bool) -> Job {
         created_at: Utc::now(),
         headers: Default::default(),
         options: Default::default(),
+        ordering_key: None,
     }
 }
 

@@ -38,7 +38,7 @@ fn hand_back_args() -> String {
     // One row, id -1 (the table's ids are positive), in the columns' order.
     "ARRAY[-1]::int8[], ARRAY[gen_random_uuid()], ARRAY['q'], ARRAY['t'], ARRAY['\\x00'::bytea], \
      ARRAY[NULL::uuid], ARRAY[NULL::uuid], ARRAY[false], ARRAY[NULL::timestamptz], ARRAY['{}'], \
-     ARRAY['{}'], ARRAY[now()], ARRAY[1], ARRAY[0.0::float8], ARRAY['refused']"
+     ARRAY['{}'], ARRAY[NULL::text], ARRAY[now()], ARRAY[1], ARRAY[0.0::float8], ARRAY['refused']"
         .to_owned()
 }
 
@@ -210,10 +210,12 @@ async fn check(pool: PgPool, analyse_empty: bool) {
     for (i, case) in cases.iter().enumerate().filter(|(_, c)| c.cached) {
         prepare(&mut conn, i, case).await;
     }
-    // An outage ends: 100,000 rows in one transaction, one in a hundred a flow's child.
+    // An outage ends: 100,000 rows in one transaction, one in a hundred a flow's child, one
+    // in three of one of 997 ordering keys.
     sqlx::query(
-        "INSERT INTO pending_jobs (queue, job_type, payload, parent_uuid)
-         SELECT 'q', 't', '\\x0102'::bytea, CASE WHEN g % 100 = 0 THEN gen_random_uuid() END
+        "INSERT INTO pending_jobs (queue, job_type, payload, parent_uuid, ordering_key)
+         SELECT 'q', 't', '\\x0102'::bytea, CASE WHEN g % 100 = 0 THEN gen_random_uuid() END,
+                CASE WHEN g % 3 = 0 THEN 'k' || (g % 997) END
          FROM generate_series(1, $1) g",
     )
     .bind(ROWS)

@@ -19,6 +19,7 @@ fn job(queue: &str, payload: &str) -> Job {
         created_at: DateTime::from_timestamp(1_700_000_000, 123_456_000).unwrap(),
         headers: BTreeMap::from([("wrapped".to_owned(), "ChargeJob".to_owned())]),
         options: Default::default(),
+        ordering_key: None,
     }
 }
 

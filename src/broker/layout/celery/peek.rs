@@ -88,6 +88,7 @@ mod tests {
             created_at: chrono::Utc::now(),
             headers: [("traceparent".to_owned(), "00-x".to_owned())].into(),
             options: Default::default(),
+            ordering_key: None,
         };
         let mut buf = Vec::new();
         Celery.encode(&job, &mut buf).unwrap();
