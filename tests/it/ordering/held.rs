@@ -4,7 +4,9 @@
 
 use super::*;
 use crate::common::batch::*;
+use jobrelay::relay::{BatchSettings, Batcher};
 use jobrelay::report::Report;
+use std::sync::Arc;
 
 /// A keyed row: `(uuid, id)`.
 async fn keyed(
@@ -43,9 +45,20 @@ async fn pending_uuids(pool: &PgPool) -> Vec<Uuid> {
         .unwrap()
 }
 
-/// Drains with a fresh batcher (its first claim starts from the lowest id).
+/// Drains with a fresh batcher (its first claim starts from the lowest id), whose claim
+/// dead-letters a payload over 1,000 bytes itself (`--max-job-size`).
 async fn relay(pool: &PgPool, ns: &Namespace) -> Report {
-    drain(&batcher(pool, ns, TTL, 10).await).await
+    let settings = Arc::new(BatchSettings {
+        max_job_bytes: 1000,
+        ..(*settings(10)).clone()
+    });
+    drain(&Batcher::new(
+        pool.clone(),
+        queries(),
+        settings,
+        redis_sink(ns, TTL).await,
+    ))
+    .await
 }
 
 #[sqlx::test]
@@ -60,24 +73,34 @@ async fn a_dead_head_holds_its_key_until_requeued_or_purged(pool: PgPool) {
     let a3 = keyed(&pool, Some("a"), "{}", None).await;
     let c2 = keyed(&pool, Some("c"), "{}", None).await;
     let b2 = keyed(&pool, Some("b"), "{}", None).await;
+    // f1's payload is over --max-job-size: the claim itself moves it to the dead letters.
+    let f1 = keyed(&pool, Some("f"), "{}", None).await;
+    sqlx::query(
+        "UPDATE pending_jobs SET payload = convert_to(repeat('x', 2000), 'UTF8') WHERE id = $1",
+    )
+    .bind(f1.1)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let f2 = keyed(&pool, Some("f"), "{}", None).await;
 
     let report = relay(&pool, &ns).await;
-    assert_eq!(report.dead_lettered, 2, "{report}");
+    assert_eq!(report.dead_lettered, 3, "{report}");
     assert_eq!(
-        report.held, 3,
-        "a2, a3 and c2, behind a1 and c1 in the same batch: {report}"
+        report.held, 4,
+        "a2, a3, c2 and f2, behind a1, c1 and f1 in the same batch: {report}"
     );
     assert_eq!(
         queued_uuids(&ns).await,
         [b1.0, u.0, b2.0],
         "other keys flow"
     );
-    assert_eq!(pending_uuids(&pool).await, [a2.0, a3.0, c2.0]);
+    assert_eq!(pending_uuids(&pool).await, [a2.0, a3.0, c2.0, f2.0]);
 
     // Claimed again, they are passed over: their key's head is in the dead letters.
     let again = relay(&pool, &ns).await;
     assert_eq!((again.claimed, again.held), (0, 0), "{again}");
-    assert_eq!(pending_uuids(&pool).await, [a2.0, a3.0, c2.0]);
+    assert_eq!(pending_uuids(&pool).await, [a2.0, a3.0, c2.0, f2.0]);
 
     // The operator mends a1 and requeues it: it keeps its id, goes first, and releases a.
     sqlx::query("UPDATE pending_jobs_dead SET options = '{}' WHERE uuid = $1")
@@ -104,7 +127,11 @@ async fn a_dead_head_holds_its_key_until_requeued_or_purged(pool: PgPool) {
         [b1.0, u.0, b2.0, a1.0, a2.0, a3.0],
         "a goes, in order"
     );
-    assert_eq!(pending_uuids(&pool).await, [c2.0], "c still held");
+    assert_eq!(
+        pending_uuids(&pool).await,
+        [c2.0, f2.0],
+        "c and f still held"
+    );
 
     // Purging c's dead head releases c.
     let (code, out, err) = run_relay(
@@ -115,7 +142,7 @@ async fn a_dead_head_holds_its_key_until_requeued_or_purged(pool: PgPool) {
     assert_eq!(code, 0, "{out}{err}");
     relay(&pool, &ns).await;
     assert_eq!(queued_uuids(&ns).await.last(), Some(&c2.0));
-    assert_eq!(pending_count(&pool).await, 0);
+    assert_eq!(pending_uuids(&pool).await, [f2.0], "f still held");
 }
 
 #[sqlx::test]
