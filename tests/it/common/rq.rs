@@ -27,7 +27,9 @@ use super::{wait_for_records, whole_lines};
 const DEFAULT_RQ: &str = "/opt/jobrelay-rq/bin/rq";
 
 /// The task module: `jobs.record` takes any arguments and records them; `jobs.nap(seconds,
-/// ...)` records, then sleeps that long; `jobs.fail` records, then raises.
+/// ...)` records, then sleeps that long; `jobs.span(seconds, ...)` records with the keyword
+/// `phase` `start`, sleeps that long, and records again with `end`; `jobs.fail` records, then
+/// raises.
 const JOBS: &str = r#"
 import json, os, time
 from rq import get_current_job
@@ -54,6 +56,12 @@ def record(*args, **kwargs):
 def nap(seconds, *args, **kwargs):
     record(seconds, *args, **kwargs)
     time.sleep(seconds)
+
+
+def span(seconds, *args, **kwargs):
+    record(seconds, *args, phase="start", **kwargs)
+    time.sleep(seconds)
+    record(seconds, *args, phase="end", **kwargs)
 
 
 def fail(*args, **kwargs):

@@ -5,12 +5,13 @@
 //!
 //! The worker loads `app.rb` (written into a temporary directory): job classes that do nothing
 //! (`HardJob`, `Billing::ChargeCard`), one that raises (`FailingJob`, recorded in
-//! `failures.log`) and a server middleware that records every job that ran,
-//! one line each in `runs.log` (when it ran, then the job hash as the worker handed it to its
-//! middleware, as JSON), written through at once (`sync`). It polls the scheduled set about
-//! every second (`poll_interval_average` 1, as an application may configure it; Sidekiq's
-//! default is every 5 s per process after a first wait of 10-15 s). The worker (a
-//! [`Worker`]) is killed when the value is dropped.
+//! `failures.log`), one that sleeps its first argument's milliseconds and records when it
+//! started and ended (`TimedJob`, in `spans.log`) and a server middleware that records every
+//! job that ran, one line each in `runs.log` (when it ran, then the job hash as the worker
+//! handed it to its middleware, as JSON), written through at once (`sync`). It polls the
+//! scheduled set about every second (`poll_interval_average` 1, as an application may
+//! configure it; Sidekiq's default is every 5 s per process after a first wait of 10-15 s). The
+//! worker (a [`Worker`]) is killed when the value is dropped.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -71,6 +72,22 @@ class FailingJob
   end
 end
 
+# Records when it started and when it ended: "<start>\t<end>\t<its arguments as JSON>\n" in
+# spans.log, sleeping its first argument's milliseconds between.
+SPANS = File.open(File.join(__dir__, "spans.log"), "a")
+SPANS.sync = true
+
+class TimedJob
+  include Sidekiq::Worker
+
+  def perform(ms, *args)
+    started = Time.now.to_f
+    sleep(ms / 1000.0)
+    line = format("%.6f\t%.6f\t%s\n", started, Time.now.to_f, JSON.generate([ms, *args]))
+    RUNS_LOCK.synchronize { SPANS.write(line) }
+  end
+end
+
 module Billing
   class ChargeCard
     include Sidekiq::Worker
@@ -87,6 +104,14 @@ pub struct Run {
     pub at: f64,
     /// The job hash the worker handed to its middleware.
     pub job: serde_json::Value,
+}
+
+/// One run of a `TimedJob`: when it started and ended, epoch seconds by the worker's clock.
+#[derive(Debug, Clone)]
+pub struct Span {
+    pub start: f64,
+    pub end: f64,
+    pub args: serde_json::Value,
 }
 
 impl Run {
@@ -125,6 +150,7 @@ impl Sidekiq {
         std::fs::write(dir.path().join("app.rb"), APP_RB).unwrap();
         std::fs::write(dir.path().join("runs.log"), "").unwrap();
         std::fs::write(dir.path().join("failures.log"), "").unwrap();
+        std::fs::write(dir.path().join("spans.log"), "").unwrap();
         Sidekiq {
             worker: None,
             dir,
@@ -188,6 +214,22 @@ impl Sidekiq {
     /// The jobs that ran so far, in the order they finished.
     pub fn runs(&self) -> Vec<Run> {
         runs_in(&self.dir.path().join("runs.log"))
+    }
+
+    /// The `TimedJob`s that ended so far, in the order they ended.
+    pub fn spans(&self) -> Vec<Span> {
+        whole_lines(&self.dir.path().join("spans.log"))
+            .iter()
+            .map(|l| {
+                let f: Vec<&str> = l.splitn(3, '\t').collect();
+                assert_eq!(f.len(), 3, "<start>\\t<end>\\t<args>: {l:?}");
+                Span {
+                    start: f[0].parse().expect("epoch seconds"),
+                    end: f[1].parse().expect("epoch seconds"),
+                    args: serde_json::from_str(f[2]).expect("the arguments as JSON"),
+                }
+            })
+            .collect()
     }
 
     /// The jobs that raised so far (each attempt), in the order they failed.

@@ -8,6 +8,7 @@
 //! job is there exactly once.
 
 mod enqueue;
+mod execution;
 mod fleet;
 mod held;
 mod layouts;
