@@ -128,13 +128,16 @@ class SidekiqTest < ServicesTest
       rows.each { |_, options| refute_includes options, "ordering_key" }
     end
 
-    runs = wait_for_runs([first, second, free]).to_h { |at, job| [job["jid"], [at, job]] }
+    direct = HardJob.set(ordering_key: key).perform_async("direct") # Sidekiq's own push: no key
+    assert_match(/\A\h{24}\z/, direct)
+
+    runs = wait_for_runs([first, second, free, direct]).to_h { |at, job| [job["jid"], [at, job]] }
     # Unkeyed, the second job would run at once; keyed, it waits for the first, due in 2 s.
     assert_operator runs.fetch(free).first, :<, asked + 2, "the unkeyed job did not wait"
     assert_operator runs.fetch(second).first, :>=, asked + 2, "the second job of the key ran before the first was due"
     assert_equal([["first"], ["second"]], [first, second].map { |jid| runs.fetch(jid).last["args"] })
     refute(runs.values.any? { |_, job| job.key?("ordering_key") }, "the worker's job hash has no ordering_key")
-    assert_each_ran_once([first, second, free])
+    assert_each_ran_once([first, second, free, direct])
   end
 
   def test_a_bad_ordering_key_is_refused_at_the_call_and_writes_nothing
