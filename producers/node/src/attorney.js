@@ -21,7 +21,10 @@ export const CARRIED_OPTIONS = Object.freeze([
 ]);
 
 /** The options that become columns of the row (or are checked here) instead. */
-export const PRODUCER_OPTIONS = Object.freeze(['jobId', 'delay', 'sizeLimit']);
+export const PRODUCER_OPTIONS = Object.freeze(['jobId', 'delay', 'sizeLimit', 'orderingKey']);
+
+/** The longest ordering key the outbox takes (its CHECK pending_jobs_ordering_key_check). */
+const ORDERING_KEY_MAX = 256;
 
 const QUEUE_NAME = /^[A-Za-z0-9_.-]{1,128}$/;
 const TABLE = /^([A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]{0,57}$/;
@@ -156,6 +159,25 @@ export function checkJobId(jobId) {
 }
 
 /**
+ * Checks an ordering key (docs/guarantees.md#per-key-order), the row's `ordering_key`: a string
+ * of 1 to 256 characters (code points, as Postgres's char_length counts) without NUL, which
+ * Postgres text cannot hold. Undefined or null: no key.
+ * @param {unknown} key
+ */
+export function checkOrderingKey(key) {
+  if (key == null) {
+    return;
+  }
+  const length = typeof key === 'string' ? [...key].length : 0;
+  if (length < 1 || length > ORDERING_KEY_MAX || key.includes('\0')) {
+    throw new OutboxError(
+      `option "orderingKey" (the row's ordering_key) must be a string of 1 to ` +
+        `${ORDERING_KEY_MAX} characters without NUL, not ${JSON.stringify(key)?.slice(0, 60)}`,
+    );
+  }
+}
+
+/**
  * Checks the merged options of one job (what BullMQ's Job would be given): first what BullMQ
  * refuses, in BullMQ's order and words, then what the outbox cannot carry. Returns the options
  * the row carries (its `options` column): the carried ones that are not undefined.
@@ -218,6 +240,7 @@ export function checkJobOptions(name, data, opts) {
   if (delay !== undefined && !(typeof delay === 'number' && Number.isFinite(delay) && delay >= 0)) {
     throw new OutboxError(`option "delay" must be milliseconds (a number >= 0), not ${show(delay)}`);
   }
+  checkOrderingKey(opts.orderingKey);
   if (sizeLimit !== undefined && !isCount(sizeLimit)) {
     throw new OutboxError(`option "sizeLimit" must be an integer >= 0, not ${show(sizeLimit)}`);
   }

@@ -24,8 +24,8 @@ export interface BackoffOptions {
 
 /**
  * The job options of BullMQ's `Queue.add` that go through the outbox: `jobId` (a uuid: the
- * row's), `delay` (the row's `run_at`), `sizeLimit` (checked at the call), and those the relay
- * carries into the job's `opts`.
+ * row's), `delay` (the row's `run_at`), `sizeLimit` (checked at the call), `orderingKey` (the
+ * row's `ordering_key`), and those the relay carries into the job's `opts`.
  */
 export interface OutboxJobOptions {
   /** The job id: a lower-case uuid (the row's uuid); default a random one. */
@@ -34,6 +34,12 @@ export interface OutboxJobOptions {
   delay?: number;
   /** Largest serialized data in bytes; a larger job is refused at the call. */
   sizeLimit?: number;
+  /**
+   * The job's ordering key (the row's `ordering_key`, not in the job's `opts`): the relay
+   * keeps the order of the jobs of one key (docs/guarantees.md#per-key-order). 1 to 256
+   * characters, no NUL.
+   */
+  orderingKey?: string;
   /** Runs of a failing job; default 0 (once). */
   attempts?: number;
   /** Wait before a retry: milliseconds (fixed) or BackoffOptions. */

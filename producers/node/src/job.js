@@ -12,6 +12,7 @@ import { checkJobName, checkJobOptions } from './attorney.js';
  * @property {string} data the row's payload: the data as BullMQ serializes it
  * @property {number} delay milliseconds from the insert to run_at; 0: no run_at
  * @property {Record<string, unknown>} opts the row's options column
+ * @property {string} [orderingKey] the row's ordering_key; absent: no key
  */
 
 /**
@@ -38,7 +39,14 @@ export function toRow(defaults, name, data, opts) {
   const id = merged.jobId ?? randomUUID();
   merged.jobId = id;
   return {
-    row: { id, name, data: serialized, delay: merged.delay ?? 0, opts: carried },
+    row: {
+      id,
+      name,
+      data: serialized,
+      delay: merged.delay ?? 0,
+      opts: carried,
+      orderingKey: /** @type {string | undefined} */ (merged.orderingKey ?? undefined),
+    },
     merged,
   };
 }

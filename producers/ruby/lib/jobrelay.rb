@@ -12,10 +12,12 @@ require "active_record"
 # - Jobrelay::Configuration (configuration.rb): the options of Jobrelay.install, validated once.
 # - Jobrelay::Router (router.rb): where one push goes: the outbox (on which connection) or Redis.
 # - Jobrelay::Row (row.rb): a Sidekiq job hash as an outbox row, checked as the relay would.
+# - Jobrelay::OrderingKey (ordering_key.rb): a job's ordering key, checked at the call.
 # - Jobrelay::Outbox (outbox.rb): rows into the table, one INSERT for any number.
 # - Jobrelay::Bulk (bulk.rb): Jobrelay.bulk { }, one INSERT for the block's pushes.
 # - Jobrelay::Sidekiq (sidekiq/): the hooks into Sidekiq's client (push, push_bulk, raw_push)
 #   and the client middleware that gives each job its outbox jid.
+# - Jobrelay::ActiveJob (active_job.rb): ActiveJob's `set(ordering_key:)`.
 module Jobrelay
   # A push Jobrelay refuses: a job the relay could not turn into a Sidekiq job, named at the
   # call rather than as a dead letter later.
@@ -25,6 +27,8 @@ module Jobrelay
   autoload :Configuration, "jobrelay/configuration"
   autoload :Router, "jobrelay/router"
   autoload :Row, "jobrelay/row"
+  autoload :OrderingKey, "jobrelay/ordering_key"
+  autoload :ActiveJob, "jobrelay/active_job"
   autoload :Outbox, "jobrelay/outbox"
   autoload :Bulk, "jobrelay/bulk"
   autoload :Sidekiq, "jobrelay/sidekiq"
@@ -51,6 +55,7 @@ module Jobrelay
     def install(**options)
       config = Configuration.new(**options)
       Sidekiq.install
+      ActiveSupport.on_load(:active_job) { prepend Jobrelay::ActiveJob }
       @configuration = config
     end
 

@@ -43,6 +43,28 @@ class ActiveJobTest < ServicesTest
     assert_equal 0, pending_rows
   end
 
+  def test_set_ordering_key_writes_the_key_and_a_bad_one_is_refused
+    thing = Thing.create!(name: "keyed")
+    key = "thing-#{thing.id}"
+    job = nil
+    transaction do
+      job = GreetJob.set(ordering_key: key, queue: "critical").perform_later(thing, "keyed")
+      ["", "k" * 257, 42, "a\0b"].each do |bad|
+        error = assert_raises(Jobrelay::InvalidJob, bad.inspect) do
+          GreetJob.set(ordering_key: bad).perform_later(thing, "x")
+        end
+        assert_match(/\Aordering_key /, error.message)
+      end
+      rows = ActiveRecord::Base.connection.select_rows("SELECT ordering_key, queue, options::text FROM pending_jobs")
+      assert_equal([[key, "critical"]], rows.map { |row| row.first(2) })
+      refute_includes rows.first.last, "ordering_key"
+    end
+    _, wrapper = wait_for_runs([job.provider_job_id]).first
+    refute wrapper.key?("ordering_key")
+    ran = harness.records("active_job.log").map(&:last).find { |r| r["job_id"] == job.job_id }
+    assert_equal "keyed", ran&.fetch("greeting")
+  end
+
   def test_deliver_later_sends_the_mail_from_the_worker
     thing = nil
     transaction do

@@ -49,6 +49,23 @@ class RowTest < Minitest::Test
                    "tags" => ["sym"], "bid" => "b-1", "custom" => { "x" => [1] } }, JSON.parse(row.options))
   end
 
+  def test_the_ordering_key_is_a_column_of_its_own
+    assert_nil Jobrelay::Row.from_job(job).ordering_key
+    assert_nil Jobrelay::Row.from_job(job(ordering_key: nil)).ordering_key, "nil is no key"
+    row = Jobrelay::Row.from_job(job(ordering_key: "customer-42"))
+    assert_equal "customer-42", row.ordering_key
+    assert_equal({ "retry" => true }, JSON.parse(row.options), "not an option of the job hash the worker sees")
+    assert_equal "é" * 256, Jobrelay::Row.from_job(job(ordering_key: "é" * 256)).ordering_key, "characters, not bytes"
+  end
+
+  def test_a_bad_ordering_key_is_refused_with_its_name
+    ["", "k" * 257, 42, :sym, "a\0b"].each do |key|
+      error = assert_raises(Jobrelay::InvalidJob, key.inspect) { Jobrelay::Row.from_job(job(ordering_key: key)) }
+      assert_match(/\Aordering_key .*: jobrelay's outbox takes a string of 1 to 256 characters without NUL/,
+                   error.message)
+    end
+  end
+
   def test_install_refuses_a_bad_option_naming_it
     error = assert_raises(ArgumentError) { Jobrelay::Configuration.new(mode: :sometimes) }
     assert_match(/mode: must be one of :transaction, :always, not :sometimes/, error.message)

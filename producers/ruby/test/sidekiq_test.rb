@@ -112,6 +112,47 @@ class SidekiqTest < ServicesTest
     assert_equal 0, pending_rows
   end
 
+  def test_the_jobs_of_an_ordering_key_run_in_order_the_later_held_behind_the_earlier
+    key = "customer-#{SecureRandom.hex(4)}"
+    asked = Time.now.to_f
+    first = second = free = nil
+    transaction do
+      first = HardJob.set(ordering_key: key).perform_in(2, "first")
+      second = HardJob.set(ordering_key: key).perform_async("second")
+      free = HardJob.perform_async("free")
+      rows = ActiveRecord::Base.connection.select_rows(
+        "SELECT ordering_key, options::text FROM pending_jobs WHERE uuid::text IN ($1, $2, $3) ORDER BY id", nil,
+        [first, second, free].map { |jid| jid.unpack("a8a4a4a4a12").join("-") }
+      )
+      assert_equal [key, key, nil], rows.map(&:first)
+      rows.each { |_, options| refute_includes options, "ordering_key" }
+    end
+
+    direct = HardJob.set(ordering_key: key).perform_async("direct") # Sidekiq's own push: no key
+    assert_match(/\A\h{24}\z/, direct)
+
+    runs = wait_for_runs([first, second, free, direct]).to_h { |at, job| [job["jid"], [at, job]] }
+    # Unkeyed, the second job would run at once; keyed, it waits for the first, due in 2 s.
+    assert_operator runs.fetch(free).first, :<, asked + 2, "the unkeyed job did not wait"
+    assert_operator runs.fetch(second).first, :>=, asked + 2, "the second job of the key ran before the first was due"
+    assert_equal([["first"], ["second"]], [first, second].map { |jid| runs.fetch(jid).last["args"] })
+    refute(runs.values.any? { |_, job| job.key?("ordering_key") }, "the worker's job hash has no ordering_key")
+    assert_each_ran_once([first, second, free, direct])
+  end
+
+  def test_a_bad_ordering_key_is_refused_at_the_call_and_writes_nothing
+    transaction do
+      ["", "k" * 257, 42, "a\0b"].each do |key|
+        error = assert_raises(Jobrelay::InvalidJob, key.inspect) { HardJob.set(ordering_key: key).perform_async(1) }
+        assert_match(/\Aordering_key /, error.message)
+      end
+      assert_raises(Jobrelay::InvalidJob) { HardJob.set(ordering_key: "").perform_bulk([[1], [2]]) }
+      item = { "class" => HardJob, "args" => [], "ordering_key" => 1 }
+      assert_raises(Jobrelay::InvalidJob) { Sidekiq::Client.push(item) }
+      assert_equal 0, ActiveRecord::Base.connection.select_value("SELECT count(*) FROM pending_jobs")
+    end
+  end
+
   def test_outside_a_transaction_sidekiq_pushes_to_redis_as_before
     jid = HardJob.perform_async("direct")
     assert_match(/\A\h{24}\z/, jid, "Sidekiq's own jid")

@@ -25,6 +25,9 @@ async function withPg(pool: pg.Pool): Promise<string> {
   );
   await queue.add('send-welcome', { userId: 2 }, undefined, pool);
   await queue.addBulk([{ name: 'send-welcome', data: { userId: 3 }, opts: { priority: 1 } }], client);
+  await queue.add('send-welcome', { userId: 4 }, { orderingKey: 'user-4', delay: 100 }, client);
+  // @ts-expect-error an ordering key is a string
+  await queue.add('send-welcome', { userId: 4 }, { orderingKey: 4 }, client);
   // @ts-expect-error the data's type
   await queue.add('send-welcome', { user: 1 }, {}, client);
   // @ts-expect-error the name's type

@@ -18,7 +18,8 @@ class Job:
 
     `payload` is the row's bytes (for the celery and rq layouts, UTF-8 JSON
     `{"args": [...], "kwargs": {...}}`); `headers` are string metadata; `options` the runner's
-    own job options (a JSON object), as the layout's page names them.
+    own job options (a JSON object), as the layout's page names them; `ordering_key` the key
+    whose rows the relay hands over one after another (`checked_ordering_key`).
     """
 
     queue: str
@@ -28,8 +29,10 @@ class Job:
     run_at: datetime | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)
+    ordering_key: str | None = None
 
     def __post_init__(self) -> None:
+        checked_ordering_key(self.ordering_key)
         if not self.queue:
             raise JobError(f"job {self.job_type!r}: the queue name is empty")
         if not self.job_type:
@@ -62,6 +65,27 @@ class Job:
             return json.dumps(dict(self.options), separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as err:
             raise JobError(f"job {self.job_type!r}: its options are not JSON: {err}") from None
+
+
+#: The longest ordering key the outbox takes (its CHECK pending_jobs_ordering_key_check).
+ORDERING_KEY_MAX = 256
+
+
+def checked_ordering_key(key: Any) -> str | None:
+    """`key` if the outbox takes it as an ordering key (docs/guarantees.md#per-key-order), `None`
+    for no key; else `JobError` naming `ordering_key`, at the call, before anything is written.
+
+    A string of 1 to 256 characters (Postgres counts characters, as `len` does) without NUL,
+    which Postgres text cannot hold.
+    """
+    if key is None:
+        return None
+    if not isinstance(key, str) or not 1 <= len(key) <= ORDERING_KEY_MAX or "\0" in key:
+        raise JobError(
+            f"ordering_key {key!r:.60}: jobrelay's outbox takes a string of 1 to "
+            f"{ORDERING_KEY_MAX} characters without NUL"
+        )
+    return key
 
 
 def args_kwargs_payload(job_type: str, args: Any, kwargs: Any, dumps: Any = None) -> bytes:

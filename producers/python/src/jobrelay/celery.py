@@ -7,8 +7,10 @@ it (`task_routes`, `queue=`), and where it would publish. Inside a transaction t
 becomes a row for the relay's `--layout celery`: `job_type` the task name, `queue` the routed
 queue, `uuid` the task id (the `AsyncResult`'s id is the id the worker sees), `payload` the args
 and kwargs as Celery's own JSON encoder writes them, `run_at` the ETA, `headers` the custom
-headers, `options` the task options the layout carries. Outside a transaction the call goes on
-to Celery's own publish (or as `jobrelay.configure(outside_transaction=...)` says).
+headers, `options` the task options the layout carries, `ordering_key` the call's
+`ordering_key=` (`apply_async`, `send_task`, a signature's `set`). Outside a transaction the call
+goes on to Celery's own publish (or as `jobrelay.configure(outside_transaction=...)` says),
+without the ordering key: a task published at once has no order to keep.
 
 Chains, groups, chords and `link`/`link_error` callbacks travel inside Celery's message body,
 which the relay does not write: they are refused at the call (`jobrelay.errors.Unsupported`).
@@ -24,7 +26,7 @@ from typing import Any
 from celery import signals
 
 from . import outbox
-from ._job import Job, args_kwargs_payload
+from ._job import Job, args_kwargs_payload, checked_ordering_key
 from .errors import JobError, Unsupported
 
 #: Celery's own message headers; a custom header of one of these names is not a custom header.
@@ -71,6 +73,9 @@ def install(app: Any) -> None:
 
     @functools.wraps(publish)
     def send_task_message(producer: Any, name: str, message: Any, **options: Any) -> Any:
+        # `apply_async(..., ordering_key=...)` arrives among the publish options, which Celery
+        # would hand to kombu as message properties: it is the row's column, nothing else's.
+        ordering_key = checked_ordering_key(options.pop("ordering_key", None))
         transaction = outbox.route()
         if transaction is None:
             return publish(producer, name, message, **options)
@@ -88,14 +93,20 @@ def install(app: Any) -> None:
             properties=properties,
             retry_policy={},
         )
-        outbox.write(transaction, job_from_message(amqp, name, message, options))
+        outbox.write(transaction, job_from_message(amqp, name, message, options, ordering_key))
         return None
 
     send_task_message._jobrelay = True  # type: ignore[attr-defined]
     amqp.send_task_message = send_task_message
 
 
-def job_from_message(amqp: Any, name: str, message: Any, options: Mapping[str, Any]) -> Job:
+def job_from_message(
+    amqp: Any,
+    name: str,
+    message: Any,
+    options: Mapping[str, Any],
+    ordering_key: str | None,
+) -> Job:
     """The outbox row of one task message, as `send_task_message` receives it."""
     headers, _properties, body, _sent_event = message
     args, kwargs, embed = body
@@ -108,6 +119,7 @@ def job_from_message(amqp: Any, name: str, message: Any, options: Mapping[str, A
         run_at=_aware(name, "eta", headers.get("eta")),
         headers=_custom_headers(name, {**headers, **(options.get("headers") or {})}),
         options=_task_options(name, headers, options),
+        ordering_key=ordering_key,
     )
 
 

@@ -147,11 +147,11 @@ def write(transaction: Transaction, job: Job) -> None:
     insert(transaction, [job])
 
 
-_COLUMNS = "uuid, queue, job_type, payload, run_at, headers, options"
-_VALUES = "VALUES (%s::uuid, %s, %s, %s::bytea, %s::timestamptz, %s::jsonb, %s::jsonb)"
+_COLUMNS = "uuid, queue, job_type, payload, run_at, headers, options, ordering_key"
+_VALUES = "VALUES (%s::uuid, %s, %s, %s::bytea, %s::timestamptz, %s::jsonb, %s::jsonb, %s::text)"
 _UNNEST = (
     "SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::bytea[], "
-    "%s::timestamptz[], %s::jsonb[], %s::jsonb[])"
+    "%s::timestamptz[], %s::jsonb[], %s::jsonb[], %s::text[])"
 )
 
 
@@ -171,10 +171,11 @@ def insert(transaction: Transaction, jobs: Sequence[Job]) -> None:
                 job.run_at,
                 job.headers_json(),
                 job.options_json(),
+                job.ordering_key,
             ],
         )
         return
-    params: list[list[Any]] = [[], [], [], [], [], [], []]
+    params: list[list[Any]] = [[], [], [], [], [], [], [], []]
     for job in jobs:
         params[0].append(job.uuid)
         params[1].append(job.queue)
@@ -183,6 +184,7 @@ def insert(transaction: Transaction, jobs: Sequence[Job]) -> None:
         params[4].append(job.run_at)
         params[5].append(job.headers_json())
         params[6].append(job.options_json())
+        params[7].append(job.ordering_key)
     transaction.execute(f"INSERT INTO {table} ({_COLUMNS}) {_UNNEST}", params)
 
 

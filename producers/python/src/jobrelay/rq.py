@@ -11,6 +11,10 @@ transaction the job becomes a row: `job_type` the function's import path, `uuid`
 job's options that differ from RQ's defaults. The `Job` returned has the id the worker sees;
 it is not in Redis until the relay has pushed it. Outside a transaction RQ's own enqueue runs.
 
+`ordering_key=` (`enqueue`, `enqueue_call`, `enqueue_in`, `enqueue_at`) is taken out of the call,
+so that it never reaches the function's kwargs, and becomes the row's `ordering_key`; outside
+a transaction it is dropped (a job RQ enqueues at once has no order to keep).
+
 Dependencies (`depends_on`), callbacks (`on_success`, ...), webhooks and `Repeat` are refused
 at the call (`jobrelay.errors.Unsupported`): the relay's rq layout does not write them.
 """
@@ -20,7 +24,8 @@ from __future__ import annotations
 import calendar
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -30,10 +35,28 @@ from rq.queue import EnqueueData
 from rq.serializers import JSONSerializer
 
 from . import outbox
-from ._job import Job, args_kwargs_payload
+from ._job import Job, args_kwargs_payload, checked_ordering_key
 from .errors import Unsupported
 
 _RQ_DEFAULT_TIMEOUT = 180
+
+#: The ordering key of the enqueue call under way, for the row `enqueue_job` or `schedule_job`
+#: writes (RQ's own methods in between know nothing of it).
+_ordering_key: ContextVar[str | None] = ContextVar("jobrelay_rq_ordering_key", default=None)
+
+
+def _keyed(key: Any, call: Callable[..., Any], *args: Any, **kwargs: Any) -> _RqJob:
+    """`call(*args, **kwargs)` with `key` as the ordering key of the job it enqueues; with no
+    key (`None`), the key of the enqueue call it is part of (`enqueue_in` calls `enqueue_at`)."""
+    if key is None:
+        job: _RqJob = call(*args, **kwargs)
+        return job
+    token = _ordering_key.set(checked_ordering_key(key))
+    try:
+        job = call(*args, **kwargs)
+        return job
+    finally:
+        _ordering_key.reset(token)
 
 
 class Queue(_Queue):
@@ -42,6 +65,17 @@ class Queue(_Queue):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("serializer", JSONSerializer)
         super().__init__(*args, **kwargs)
+
+    def enqueue(self, f: Any, *args: Any, ordering_key: str | None = None, **kwargs: Any) -> _RqJob:
+        return _keyed(ordering_key, super().enqueue, f, *args, **kwargs)
+
+    def enqueue_call(self, *args: Any, ordering_key: str | None = None, **kwargs: Any) -> _RqJob:
+        return _keyed(ordering_key, super().enqueue_call, *args, **kwargs)
+
+    def enqueue_at(
+        self, datetime: datetime, f: Any, *args: Any, ordering_key: str | None = None, **kwargs: Any
+    ) -> _RqJob:
+        return _keyed(ordering_key, super().enqueue_at, datetime, f, *args, **kwargs)
 
     def enqueue_job(
         self, job: _RqJob, pipeline: Any = None, at_front: bool = False, unique: bool = False
@@ -113,6 +147,7 @@ def job_row(job: _RqJob, queue: str, *, run_at: datetime | None, at_front: bool)
         uuid=job.id,
         run_at=_aware(run_at),
         options=_job_options(job, at_front),
+        ordering_key=_ordering_key.get(),
     )
 
 

@@ -5,7 +5,7 @@ require "pg"
 module Jobrelay
   # Writes rows into the outbox table on an ActiveRecord connection, inside whatever transaction
   # it has open: one INSERT for any number of rows (a single round trip). One row binds its
-  # seven columns; more bind them as seven arrays, so that the statement's text is the same for
+  # eight columns; more bind them as eight arrays, so that the statement's text is the same for
   # two rows or a thousand. Both statements are prepared once per connection (ActiveRecord's
   # statement cache).
   module Outbox
@@ -16,7 +16,7 @@ module Jobrelay
 
     module_function
 
-    COLUMNS = "uuid, queue, job_type, payload, run_at, created_at, options"
+    COLUMNS = "uuid, queue, job_type, payload, run_at, created_at, options, ordering_key"
 
     # The INSERT of one row into `table` (checked by Jobrelay::Configuration). The payload goes
     # as text and becomes bytes with convert_to (the JSON is UTF-8); the epoch seconds of
@@ -24,16 +24,16 @@ module Jobrelay
     # writes them).
     def sql_one(table)
       "INSERT INTO #{table} (#{COLUMNS}) " \
-        "VALUES ($1, $2, $3, convert_to($4, 'UTF8'), to_timestamp($5), to_timestamp($6), $7)"
+        "VALUES ($1, $2, $3, convert_to($4, 'UTF8'), to_timestamp($5), to_timestamp($6), $7, $8)"
     end
 
-    # The INSERT of any number of rows, the same conversions over seven arrays, in their order.
+    # The INSERT of any number of rows, the same conversions over eight arrays, in their order.
     def sql(table)
       <<~SQL.squish
         INSERT INTO #{table} (#{COLUMNS})
-        SELECT u, q, t, convert_to(p, 'UTF8'), to_timestamp(r), to_timestamp(c), o
-        FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::float8[], $6::float8[], $7::jsonb[])
-          WITH ORDINALITY AS j(u, q, t, p, r, c, o, n)
+        SELECT u, q, t, convert_to(p, 'UTF8'), to_timestamp(r), to_timestamp(c), o, k
+        FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::float8[], $6::float8[], $7::jsonb[], $8::text[])
+          WITH ORDINALITY AS j(u, q, t, p, r, c, o, k, n)
         ORDER BY n
       SQL
     end
@@ -50,7 +50,7 @@ module Jobrelay
       rows.size
     end
 
-    # The rows' seven columns as seven Postgres array literals (run_at and created_at float8[]).
+    # The rows' eight columns as eight Postgres array literals (run_at and created_at float8[]).
     def arrays(rows)
       rows.map(&:to_a).transpose.each_with_index.map do |values, i|
         ENCODERS[[4, 5].include?(i) ? :float : :text].encode(values).force_encoding(Encoding::UTF_8)

@@ -10,9 +10,10 @@ module Jobrelay
   # The row's columns: `uuid` from the jid (the relay writes the uuid's 32 hexadecimal digits
   # as the jid, so the jid the push returned is the jid the worker sees), `queue`, `job_type`
   # (the class), `payload` (the args as JSON), `run_at` (the client's `at`), `created_at` (the
-  # client's) and `options`: every other key of the job hash (`retry`, `backtrace`, `tags`,
-  # ActiveJob's `wrapped`, a middleware's own keys).
-  Row = Struct.new(:uuid, :queue, :job_type, :payload, :run_at, :created_at, :options, keyword_init: true)
+  # client's), `options`: every other key of the job hash (`retry`, `backtrace`, `tags`,
+  # ActiveJob's `wrapped`, a middleware's own keys), and `ordering_key` (Jobrelay::OrderingKey).
+  Row = Struct.new(:uuid, :queue, :job_type, :payload, :run_at, :created_at, :options, :ordering_key,
+                   keyword_init: true)
 
   # See the struct above.
   class Row
@@ -21,7 +22,7 @@ module Jobrelay
     # The queue names the outbox takes (its CHECK pending_jobs_queue_check).
     QUEUE = /\A[A-Za-z0-9_.:-]{1,128}\z/
     # Keys of the job hash that are columns of the row, or that the relay writes itself.
-    COLUMNS = %w[class args jid queue at created_at enqueued_at].freeze
+    COLUMNS = %w[class args jid queue at created_at enqueued_at ordering_key].freeze
     # Keys Sidekiq writes when it retries a job; a new job cannot carry them.
     SET_BY_SIDEKIQ = %w[error_backtrace error_class error_message failed_at retried_at retry_count].freeze
 
@@ -52,10 +53,12 @@ module Jobrelay
         queue = check_queue(job["queue"].to_s, job_type)
         options = job.except(*COLUMNS)
         check_options(options, job_type)
+        ordering_key = job[OrderingKey::NAME]&.then { |key| OrderingKey.check(key) }
         new(
           uuid: jid.unpack("a8a4a4a4a12").join("-"),
           queue: queue, job_type: job_type, payload: ::Sidekiq.dump_json(job["args"]),
-          run_at: job["at"]&.to_f, created_at: job["created_at"]&.to_f, options: ::Sidekiq.dump_json(options)
+          run_at: job["at"]&.to_f, created_at: job["created_at"]&.to_f, options: ::Sidekiq.dump_json(options),
+          ordering_key: ordering_key
         )
       end
 

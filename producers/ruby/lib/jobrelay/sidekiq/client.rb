@@ -5,18 +5,25 @@ module Jobrelay
     # Prepended to Sidekiq::Client (see Jobrelay::Sidekiq).
     module Client
       def push(item)
-        Push.around(item) { super }
+        item = OrderingKey.given(item)
+        Push.around(item) { super(item) }
       end
 
       def push_bulk(items)
-        Push.around(items) { super }
+        items = OrderingKey.given(items)
+        Push.around(items) { super(items) }
       end
 
       private
 
+      # A job pushed to Redis itself has no order to keep: its ordering key is dropped, so that
+      # the worker sees the same job hash either way.
       def raw_push(payloads)
         push = Push.current
-        push ? push.write(payloads) : super
+        return push.write(payloads) if push
+
+        payloads.each { |payload| payload.delete(OrderingKey::NAME) }
+        super
       end
     end
   end
