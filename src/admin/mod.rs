@@ -2,6 +2,7 @@
 //! (Redis).
 
 pub mod dead_letter;
+pub mod held_keys;
 #[cfg(feature = "daemon")]
 pub mod peek;
 #[cfg(feature = "daemon")]

@@ -10,6 +10,7 @@
 mod enqueue;
 mod fleet;
 mod held;
+mod held_status;
 mod layouts;
 mod schema;
 
