@@ -154,7 +154,7 @@ impl HeldKeys {
         let k = self.first.first()?;
         let more = match self.keys - 1 {
             0 => String::new(),
-            n => format!(" (and {n} more: `jobrelay status`)"),
+            n => format!(" (and {n} more, listed by jobrelay status)"),
         };
         Some(format!(
             "{} ordering key{} held by a dead-lettered row ({} row{} waiting, oldest for {:.0}s): \
