@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use sqlx::PgPool;
 
+use super::held_keys::{self, HeldKeys, HELD_KEYS_NAMED};
 use crate::error::Result;
+use crate::relay::queries::PLANNER_SET_LOCAL;
 use crate::table::TableName;
 
 /// Pending and dead rows of one queue.
@@ -32,6 +34,9 @@ pub struct Status {
     pub dead: i64,
     /// The same, per queue.
     pub queues: BTreeMap<String, QueueStatus>,
+    /// Ordering keys whose rows wait behind a dead-lettered row of theirs, the first
+    /// [`HELD_KEYS_NAMED`] named.
+    pub held_keys: HeldKeys,
 }
 
 /// The two statements of [`status`]: pending rows per queue (with the oldest's age), dead rows
@@ -66,6 +71,10 @@ pub async fn status(pool: &PgPool, table: &TableName) -> Result<Status> {
     let pending: Vec<(String, i64, Option<f64>)> =
         sqlx::query_as(&pending_sql).fetch_all(&mut *tx).await?;
     let dead: Vec<(String, i64)> = sqlx::query_as(&dead_sql).fetch_all(&mut *tx).await?;
+    // The held keys, in the same snapshot, through the keys' indexes alone: the relay's
+    // planner settings from here on.
+    sqlx::raw_sql(PLANNER_SET_LOCAL).execute(&mut *tx).await?;
+    let held_keys = held_keys::read(&mut tx, table, HELD_KEYS_NAMED).await?;
     tx.commit().await?;
 
     let mut s = Status {
@@ -73,6 +82,7 @@ pub async fn status(pool: &PgPool, table: &TableName) -> Result<Status> {
         oldest_pending_age_seconds: None,
         dead: 0,
         queues: BTreeMap::new(),
+        held_keys,
     };
     for (queue, n, age) in pending {
         s.pending += n;
@@ -106,6 +116,6 @@ impl std::fmt::Display for Status {
                 writeln!(f, "{q:<40} {:>12} {:>12}", s.pending, s.dead)?;
             }
         }
-        Ok(())
+        write!(f, "{}", self.held_keys)
     }
 }

@@ -3,15 +3,17 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
+use jobrelay::admin::held_keys::{self, HELD_KEYS_NAMED};
 use jobrelay::admin::status;
 use jobrelay::broker::redis_probe::RedisProbe;
 use jobrelay::config::{Config, STATEMENT_TIMEOUT};
 use jobrelay::telemetry::redact;
 use jobrelay::{db, relay};
 
-/// Validates the configuration, reaches Postgres and Redis, reports the schema version and
-/// warns of each queue whose jobs wait with no consumer (docs/redis-side.md); exit 1 when
-/// something is not ready, naming why, or, with `strict`, on a warning.
+/// Validates the configuration, reaches Postgres and Redis, reports the schema version, warns
+/// of ordering keys held by a dead-lettered row (docs/runbook.md#jobrelayorderingkeyheld) and
+/// of each queue whose jobs wait with no consumer (docs/redis-side.md); exit 1 when something
+/// is not ready, naming why, or, with `strict`, on a warning.
 pub(super) async fn run(config: &Config, strict: bool) -> Result<ExitCode> {
     println!("config: ok ({})", describe(config));
     let mut ok = true;
@@ -70,6 +72,7 @@ pub(super) async fn run(config: &Config, strict: bool) -> Result<ExitCode> {
                         );
                     }
                 }
+                warned |= held(&pool, config).await;
             } else {
                 println!(
                     "postgres: reachable, {schema}; table missing: {} does not exist (run `jobrelay migrate`)",
@@ -114,6 +117,35 @@ pub(super) async fn run(config: &Config, strict: bool) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Prints a warning when ordering keys are held by a dead-lettered row (naming the first, its
+/// dead head and the fix), or when they cannot be read; whether it did.
+async fn held(pool: &sqlx::PgPool, config: &Config) -> bool {
+    let read = held_keys::held_keys(pool, &config.table, HELD_KEYS_NAMED);
+    match tokio::time::timeout(STATEMENT_TIMEOUT, read).await {
+        Ok(Ok(held)) => match held.warning() {
+            Some(w) => {
+                println!("postgres: warning: {w}");
+                true
+            }
+            None => false,
+        },
+        Ok(Err(e)) => {
+            println!(
+                "postgres: warning: cannot read the held ordering keys: {}",
+                line(&e)
+            );
+            true
+        }
+        Err(_) => {
+            println!(
+                "postgres: warning: cannot read the held ordering keys: timeout: no answer within {}",
+                humantime::format_duration(STATEMENT_TIMEOUT)
+            );
+            true
+        }
+    }
 }
 
 /// Prints a warning for each queue whose jobs wait with no consumer recorded (the outbox's

@@ -7,9 +7,11 @@ use jobrelay::admin::status;
 use jobrelay::config::Config;
 use jobrelay::telemetry::redact;
 
-/// Prints pending rows, the oldest pending age, dead letters, per queue, then each queue's
-/// Redis side: waiting jobs, oldest job, consumers (`--json`: one object, the Redis side under
-/// `redis`). Exit 1 when Redis cannot be read (the backlog is printed first).
+/// Prints pending rows, the oldest pending age, dead letters, per queue, the ordering keys held
+/// by a dead-lettered row (with their dead heads and the fix), then each queue's Redis side:
+/// waiting jobs, oldest job, consumers (`--json`: one object, the held keys under `held_keys`,
+/// the Redis side under `redis`). Exit 1 when Redis cannot be read (the backlog is printed
+/// first).
 pub(super) async fn run(config: &Config, json: bool) -> Result<ExitCode> {
     let pool = super::command_pool(config).await?;
     let s = match status::status(&pool, &config.table).await {

@@ -1,11 +1,12 @@
-//! The backlog gauges and the xmin horizon's episodes, sampled by the daemon's probe task
-//! every [`super::probe::BACKLOG_INTERVAL`] (docs/metrics.md#metrics).
+//! The backlog gauges, the held ordering keys and the xmin horizon's episodes, sampled by the
+//! daemon's probe task every [`super::probe::BACKLOG_INTERVAL`] (docs/metrics.md#metrics).
 
 use std::time::{Duration, Instant};
 
 use sqlx::{Connection as _, PgPool, Row as _};
 
 use super::queries::{self, Queries};
+use crate::admin::held_keys::{self, HeldKeys};
 use crate::sink::ClaimNeeds;
 use crate::table::TableName;
 use crate::telemetry::events::{self, BacklogSampled, Event as _};
@@ -103,6 +104,52 @@ impl Backlog {
             oldest_claimable_age_seconds: found.map_or(0.0, |(_, age)| age),
             dead,
         })
+    }
+}
+
+/// The held ordering keys as an episode: the gauges at every sample, a WARN when a key becomes
+/// held (naming the first), an INFO when none is any more.
+#[derive(Debug)]
+pub struct HeldWatch {
+    table: TableName,
+    /// Whether the last sample found a held key (the episode is on).
+    held: bool,
+}
+
+impl HeldWatch {
+    /// The watch of `table`'s keys, no episode on.
+    pub fn new(table: &TableName) -> Self {
+        HeldWatch {
+            table: table.clone(),
+            held: false,
+        }
+    }
+
+    /// Takes one sample (naming the first key, the oldest hold), emits its gauges and, when
+    /// the episode begins or ends, its log line.
+    pub async fn sample(&mut self, pool: &PgPool) -> crate::error::Result<HeldKeys> {
+        let mut conn = pool.acquire().await?;
+        // The relay's planner settings: the keys' partial indexes, whatever the statistics say.
+        let mut tx = conn.begin_with(queries::BEGIN).await?;
+        let held = held_keys::read(&mut tx, &self.table, 1).await?;
+        tx.rollback().await?;
+        self.saw(&held);
+        Ok(held)
+    }
+
+    /// Records one sample.
+    fn saw(&mut self, held: &HeldKeys) {
+        events::HeldKeysSampled {
+            keys: held.keys,
+            oldest_age_seconds: held.oldest_age_seconds.unwrap_or(0.0),
+        }
+        .emit();
+        match (held.keys > 0, self.held) {
+            (true, false) => events::OrderingKeyHeld { held }.emit(),
+            (false, true) => events::OrderingKeysReleased.emit(),
+            _ => {}
+        }
+        self.held = held.keys > 0;
     }
 }
 

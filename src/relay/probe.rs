@@ -21,7 +21,7 @@ use sqlx::{PgPool, Row as _};
 use tokio_util::sync::CancellationToken;
 
 use super::backlog::Backlog;
-pub use super::backlog::HorizonWatch;
+pub use super::backlog::{HeldWatch, HorizonWatch};
 use super::health::{Dependency, Health};
 use crate::error::{within, Error, LockHolder, Reason, Result};
 use crate::sink::{ClaimNeeds, SinkProbe};
@@ -355,8 +355,9 @@ fn missing_relation(e: &Error) -> bool {
 }
 
 /// The daemon's probe task: runs the [`Probe`] every [`PROBE_INTERVAL`] and reports to
-/// `health`; samples the backlog ([`Backlog`], for what the runner `needs` of the claim) and
-/// the xmin horizon every [`BACKLOG_INTERVAL`], until `shutdown`.
+/// `health`; samples the backlog ([`Backlog`], for what the runner `needs` of the claim), the
+/// held ordering keys ([`HeldWatch`]) and the xmin horizon every [`BACKLOG_INTERVAL`], until
+/// `shutdown`.
 pub async fn probe<E: SinkProbe>(
     mut probe: Probe<E>,
     table: TableName,
@@ -366,6 +367,7 @@ pub async fn probe<E: SinkProbe>(
 ) {
     let mut backlog = Backlog::new(&table, needs);
     let mut last_backlog: Option<Instant> = None;
+    let mut held = HeldWatch::new(&table);
     let mut horizon = HorizonWatch::default();
     let mut ticker = tokio::time::interval(PROBE_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -385,6 +387,11 @@ pub async fn probe<E: SinkProbe>(
                 let sample = tokio::time::timeout(BACKLOG_INTERVAL, backlog.sample(&probe.pool));
                 if let Ok(Ok(sampled)) = sample.await {
                     sampled.emit();
+                }
+                let sample = tokio::time::timeout(BACKLOG_INTERVAL, held.sample(&probe.pool));
+                if let Ok(Err(e)) = sample.await {
+                    tracing::debug!(error = %crate::telemetry::redact::scrub(&e.to_string()),
+                        "could not look at the held ordering keys");
                 }
                 match probe.horizon().await {
                     Ok(found) => horizon.saw(found.as_ref()),

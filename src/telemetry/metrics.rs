@@ -40,6 +40,12 @@ pub const DEAD_JOBS: &str = "jobrelay_dead_jobs";
 pub const XMIN_HORIZON_AGE: &str = "jobrelay_xmin_horizon_age_seconds";
 /// Gauge: how many transaction ids old the database's xmin horizon is.
 pub const XMIN_HORIZON_XIDS: &str = "jobrelay_xmin_horizon_age_xids";
+/// Gauge: ordering keys held, their rows waiting behind a dead-lettered row of theirs
+/// (docs/runbook.md#jobrelayorderingkeyheld).
+pub const HELD_KEYS: &str = "jobrelay_held_keys";
+/// Gauge: how long the oldest held key has been held (since its dead row died), in seconds;
+/// 0 when none is.
+pub const HELD_KEY_OLDEST_AGE: &str = "jobrelay_held_key_oldest_age_seconds";
 /// Counter, label `task` (`worker`, `probe`, `listener`, `wakeup`, `repair`, `redis-side`): panics caught in the
 /// relay's tasks, each followed by a restart of the task.
 pub const TASK_PANICS: &str = "jobrelay_task_panics_total";
@@ -104,6 +110,15 @@ pub fn describe() {
     describe_gauge!(
         XMIN_HORIZON_XIDS,
         "Age of the database's xmin horizon, in transaction ids"
+    );
+    describe_gauge!(
+        HELD_KEYS,
+        "Ordering keys whose rows wait behind a dead-lettered row of theirs"
+    );
+    describe_gauge!(
+        HELD_KEY_OLDEST_AGE,
+        Unit::Seconds,
+        "How long the oldest held ordering key has been held (since its dead row died)"
     );
     describe_counter!(
         TASK_PANICS,
@@ -256,6 +271,12 @@ pub(in crate::telemetry) fn backlog(
 pub(in crate::telemetry) fn xmin_horizon(age_seconds: f64, xids: i64) {
     metrics::gauge!(XMIN_HORIZON_AGE).set(age_seconds);
     metrics::gauge!(XMIN_HORIZON_XIDS).set(xids as f64);
+}
+
+/// Sets the held keys' gauges.
+pub(in crate::telemetry) fn held_keys(keys: i64, oldest_age_seconds: f64) {
+    metrics::gauge!(HELD_KEYS).set(keys as f64);
+    metrics::gauge!(HELD_KEY_OLDEST_AGE).set(oldest_age_seconds);
 }
 
 /// Sets `jobrelay_up{dependency}`.

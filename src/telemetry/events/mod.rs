@@ -15,11 +15,13 @@
 //! - [`batch`]: what a batch did (outcomes, failures, dead letters, its duration).
 //! - [`dependency`]: the episodes of Postgres, Redis and the outbox table; task panics.
 //! - [`backlog`]: the probe's samples of the backlog and the xmin horizon.
+//! - [`held_keys`]: ordering keys held by a dead-lettered row (the probe's samples, episodes).
 //! - [`redis_side`]: the watch of the queues' Redis side (waiting jobs, consumers).
 
 pub mod backlog;
 pub mod batch;
 pub mod dependency;
+pub mod held_keys;
 #[cfg(feature = "daemon")]
 pub mod redis_side;
 #[cfg(all(test, feature = "daemon"))]
@@ -38,6 +40,7 @@ pub use self::dependency::{
     BatchesFailing, BatchesSucceedAgain, DependencyConnected, DependencyDown, DependencyRecovered,
     OutboxTableMissing, OutboxTablePresent, TaskPanicked,
 };
+pub use self::held_keys::{HeldKeysSampled, OrderingKeyHeld, OrderingKeysReleased};
 
 #[cfg(feature = "daemon")]
 pub use self::redis_side::{

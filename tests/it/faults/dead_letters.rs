@@ -272,7 +272,8 @@ async fn status_and_dead_letter_commands_end_to_end(pool: PgPool) {
     // Empty: the exact object of docs/cli.md, with null for the age.
     assert_eq!(
         status_json(&db).await,
-        json!({"pending": 0, "oldest_pending_age_seconds": null, "dead": 0, "queues": {}})
+        json!({"pending": 0, "oldest_pending_age_seconds": null, "dead": 0, "queues": {},
+               "held_keys": {"keys": 0, "rows": 0, "oldest_age_seconds": null, "first": []}})
     );
 
     insert_pending_and_dead_rows(&pool).await;
@@ -344,7 +345,8 @@ async fn insert_pending_and_dead_rows(pool: &PgPool) {
     .unwrap();
 }
 
-/// `status --json`: exactly its four keys, the counts, the oldest age and each queue; `status`.
+/// `status --json`: exactly its five keys, the counts, the oldest age, each queue and the held
+/// ordering keys (none: these rows have no key); `status`.
 async fn assert_status_counts_each_queue(db: &str) {
     use serde_json::json;
     let s = status_json(db).await;
@@ -353,8 +355,15 @@ async fn assert_status_counts_each_queue(db: &str) {
     sorted.sort();
     assert_eq!(
         sorted,
-        ["dead", "oldest_pending_age_seconds", "pending", "queues"]
+        [
+            "dead",
+            "held_keys",
+            "oldest_pending_age_seconds",
+            "pending",
+            "queues"
+        ]
     );
+    assert_eq!(s["held_keys"]["keys"], json!(0));
     assert_eq!(s["pending"], json!(5));
     assert_eq!(s["dead"], json!(3));
     let age = s["oldest_pending_age_seconds"].as_f64().expect("a number");

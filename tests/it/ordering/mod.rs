@@ -11,6 +11,7 @@ mod enqueue;
 mod execution;
 mod fleet;
 mod held;
+mod held_status;
 mod layouts;
 mod schema;
 

@@ -344,5 +344,49 @@ pub(super) fn backlog_cases() -> Vec<Case> {
             &[("INFO", "the xmin horizon moved on")],
             &[],
         ),
+        case(
+            "HeldKeysSampled",
+            || {
+                HeldKeysSampled {
+                    keys: 2,
+                    oldest_age_seconds: 95.0,
+                }
+                .emit()
+            },
+            &[],
+            &[
+                ("jobrelay_held_keys", 2.0),
+                ("jobrelay_held_key_oldest_age_seconds", 95.0),
+            ],
+        ),
+        case(
+            "OrderingKeyHeld",
+            || OrderingKeyHeld { held: &held_keys() }.emit(),
+            &[("WARN", "2 ordering keys held by a dead-lettered row (3 rows waiting, oldest for 95s): key \"order-42\", 2 rows behind dead row 1041 (00000000-0000-0000-0000-000000000007): redis refused job: WRONGTYPE; mend dead row 1041 and run `jobrelay dead-letter requeue --id 1041`, or drop it: `jobrelay dead-letter purge --id 1041` (and 1 more, listed by jobrelay status)")],
+            &[],
+        ),
+        case(
+            "OrderingKeysReleased",
+            || OrderingKeysReleased.emit(),
+            &[("INFO", "no ordering key is held by a dead-lettered row any more")],
+            &[],
+        ),
     ]
+}
+
+/// Two held keys, the first named.
+fn held_keys() -> crate::admin::held_keys::HeldKeys {
+    crate::admin::held_keys::HeldKeys {
+        keys: 2,
+        rows: 3,
+        oldest_age_seconds: Some(95.0),
+        first: vec![crate::admin::held_keys::HeldKey {
+            ordering_key: "order-42".to_owned(),
+            dead_id: 1041,
+            dead_uuid: Uuid::from_u128(7),
+            last_error: Some("redis refused job: WRONGTYPE".to_owned()),
+            waiting: 2,
+            age_seconds: 95.0,
+        }],
+    }
 }
