@@ -14,7 +14,11 @@
 --   on the table and key, then draws the row's id: two transactions writing the same key are
 --   serialised, and the ids of a key are in the order those transactions commit. (An id drawn
 --   before the lock could commit after a higher one of the same key that was already relayed.)
---   The relay's own hand-backs keep a row's id (`jobrelay.keep_ids`, set for their statement).
+--   A transaction holds one such lock per key it writes (Postgres's lock table bounds them:
+--   max_locks_per_transaction). With `SET LOCAL jobrelay.ordering_lock = off` the trigger does
+--   nothing and a row keeps the id it was given or drawn: the relay's own hand-backs (a row
+--   keeps its place in its key), and a bulk load that is the only writer of its keys
+--   (docs/guarantees.md#per-key-order).
 --
 -- Safe on a table in use, as version 8: the column has no default (catalog only), the CHECK is
 -- added NOT VALID in a short first transaction and validated in a second one; each partial
@@ -25,7 +29,7 @@
 CREATE OR REPLACE FUNCTION jobrelay_order_key() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF current_setting('jobrelay.keep_ids', true) IS DISTINCT FROM 'on' THEN
+    IF current_setting('jobrelay.ordering_lock', true) IS DISTINCT FROM 'off' THEN
         PERFORM pg_advisory_xact_lock(
             hashtextextended(TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME || ':' || NEW.ordering_key, 0));
         NEW.id := nextval(TG_ARGV[0]::regclass);

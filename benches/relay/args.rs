@@ -36,9 +36,21 @@ pub struct Args {
     /// carries (e.g. `{"retry":3,"backtrace":true,"tags":["billing"]}` with `BENCH_LAYOUT=sidekiq`);
     /// default none (`{}`: the column's default, as rows without options). Compact JSON text.
     pub options: String,
+    /// `BENCH_ORDERING_KEYS`: the rows of the drains and the stages take their ordering key
+    /// round-robin from this many keys (`k0`, `k1`, ...: interleaved); 1 is one hot key; 0
+    /// (default) no key.
+    pub ordering_keys: usize,
+    /// `BENCH_STAGES`: the stages to run, comma-separated (`drain`, `stages`, `naive`,
+    /// `latency`, `notify_cost`); default all.
+    pub stages: Vec<String>,
 }
 
 impl Args {
+    /// Whether `BENCH_STAGES` names `stage`.
+    pub fn runs(&self, stage: &str) -> bool {
+        self.stages.iter().any(|s| s == stage)
+    }
+
     /// Sizes from `BENCH_*` variables, defaults as documented in `main.rs`.
     pub fn from_env() -> Result<Self, BoxError> {
         Ok(Args {
@@ -58,6 +70,11 @@ impl Args {
             backlog_rows: env::num("BENCH_BACKLOG_ROWS", 1_000_000)?,
             vacuumed: env::or("BENCH_VACUUMED", "") == "1",
             options: options(&env::or("BENCH_OPTIONS", "{}"))?,
+            ordering_keys: env::num("BENCH_ORDERING_KEYS", 0)?,
+            stages: env::or("BENCH_STAGES", "drain,stages,naive,latency,notify_cost")
+                .split(',')
+                .map(|s| s.trim().to_owned())
+                .collect(),
         })
     }
 }

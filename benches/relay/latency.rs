@@ -26,8 +26,12 @@ pub async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Valu
     // The consumer (`consumer.rs`): a thread of its own that notes when each job was popped.
     let consumer = consumer::spawn(sb, args.layout, total, popped.clone())?;
 
+    // With `BENCH_ORDERING_KEYS`, each row is the one row of its key (its uuid): what a key
+    // adds to the way of a job no other job of its key waits for or holds.
+    let key = if args.ordering_keys > 0 { "$1::text" } else { "NULL" };
     let insert = format!(
-        "INSERT INTO pending_jobs (uuid, queue, job_type, payload) VALUES ($1, 'latency', 'Ping', {})",
+        "INSERT INTO pending_jobs (uuid, queue, job_type, payload, ordering_key) \
+         VALUES ($1, 'latency', 'Ping', {}, {key})",
         rows::tiny_payload(args.layout, "'\\x00'")
     );
     // Producers: job i is due at t0 + i / rate. Each commit waits for its WAL flush, so it

@@ -43,6 +43,10 @@
 //! One file per stage: `drain.rs`, `stages.rs`, `naive.rs`, `latency.rs` (with the consumer of
 //! `consumer.rs`) and `notify_cost.rs`; the relay they run is `relay.rs`, the rows `rows.rs`,
 //! the CPU figures `cpu.rs`; the sandbox is `benches/support/sandbox.rs`.
+//!
+//! `BENCH_ORDERING_KEYS=<n>` gives the rows of the drains and stages ordering keys, round-robin
+//! over `n` keys (interleaved; `1`: one hot key), and each latency row a key of its own;
+//! `BENCH_STAGES=drain,latency` runs only the stages named (default: all).
 
 /// The daemon's allocator (src/main.rs), so that the relay measured here allocates as the
 /// binary's does (the bench target requires the feature `daemon`).
@@ -87,17 +91,34 @@ use support::stats::round;
 pub use support::BoxError;
 
 async fn run(args: &Args, sb: &Sandbox) -> Result<serde_json::Value, BoxError> {
-    let drain = drain::bench_drain(sb, args, false).await?;
-    let stages = stages::bench_stages(sb, args).await?;
-    let naive = naive::bench_naive(sb, args).await?;
+    let skipped = serde_json::Value::Null;
+    let drain = match args.runs("drain") {
+        true => drain::bench_drain(sb, args, false).await?,
+        false => skipped.clone(),
+    };
+    let stages = match args.runs("stages") {
+        true => stages::bench_stages(sb, args).await?,
+        false => skipped.clone(),
+    };
+    let naive = match args.runs("naive") {
+        true => naive::bench_naive(sb, args).await?,
+        false => skipped.clone(),
+    };
     let ratio = drain["rows_per_second"].as_f64().unwrap_or(0.0)
         / naive["rows_per_second"].as_f64().unwrap_or(f64::INFINITY);
-    let latency = latency::bench_latency(sb, args).await?;
-    let notify = notify_cost::bench_notify_cost(sb, args).await?;
+    let latency = match args.runs("latency") {
+        true => latency::bench_latency(sb, args).await?,
+        false => skipped.clone(),
+    };
+    let notify = match args.runs("notify_cost") {
+        true => notify_cost::bench_notify_cost(sb, args).await?,
+        false => skipped,
+    };
     Ok(json!({
         "settings": {
             "workers": args.workers,
             "batch_size": args.batch_size,
+            "ordering_keys": args.ordering_keys,
             "dedup": true,
             "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         },

@@ -23,7 +23,7 @@ type NaiveRow = (
 
 /// One row per transaction, one EVALSHA per job: what a straightforward relay does.
 pub async fn bench_naive(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, BoxError> {
-    rows::copy_rows(sb, args.layout, args.naive_rows, "naive", "{}").await?;
+    rows::copy_rows(sb, args.layout, args.naive_rows, "naive", "{}", 0).await?;
     let enqueuer =
         Enqueuer::new(sb.namespace().to_owned(), Duration::from_secs(900)).with_layout(args.layout);
     let mut con = sb.redis_con().await?;

@@ -44,22 +44,31 @@ pub fn tiny_payload(layout: LayoutKind, otherwise: &'static str) -> &'static str
 
 /// COPYs `n` rows in one transaction: 200-byte payloads, round-robin over 8 queues named
 /// `<prefix>0..7`, each with the job options `options` (JSON object text; `{}`: the column
-/// left to its default). No ANALYZE: the statistics stay those of the empty table.
+/// left to its default) and, with `ordering_keys` > 0, the ordering key `k<i % ordering_keys>`
+/// (the transaction turns the ordering trigger's key locks off, as a bulk load that is the only
+/// writer of its keys may: one lock per key would not fit Postgres's lock table). No ANALYZE:
+/// the statistics stay those of the empty table.
 pub async fn copy_rows(
     sb: &Sandbox,
     layout: LayoutKind,
     n: usize,
     prefix: &str,
     options: &str,
+    ordering_keys: usize,
 ) -> Result<(), BoxError> {
     let mut conn = sb.pool.acquire().await?;
     // COPY's text format: a backslash in the JSON is written doubled.
     let options_field = (options != "{}").then(|| format!("\t{}", options.replace('\\', "\\\\")));
-    let columns = if options_field.is_some() {
-        "queue, job_type, payload, options"
-    } else {
-        "queue, job_type, payload"
-    };
+    let mut columns = String::from("queue, job_type, payload");
+    if options_field.is_some() {
+        columns.push_str(", options");
+    }
+    if ordering_keys > 0 {
+        columns.push_str(", ordering_key");
+        sqlx::raw_sql("BEGIN; SET LOCAL jobrelay.ordering_lock = off")
+            .execute(&mut *conn)
+            .await?;
+    }
     let mut copy = conn
         .copy_in_raw(&format!("COPY pending_jobs ({columns}) FROM STDIN"))
         .await?;
@@ -70,10 +79,14 @@ pub async fn copy_rows(
             hex.push_str(&format!("{b:02x}"));
         }
         buf.push_str(&format!(
-            "{prefix}{}\tProcessThing\t\\\\x{hex}{}\n",
+            "{prefix}{}\tProcessThing\t\\\\x{hex}{}",
             i % QUEUES,
             options_field.as_deref().unwrap_or("")
         ));
+        if ordering_keys > 0 {
+            buf.push_str(&format!("\tk{}", i % ordering_keys));
+        }
+        buf.push('\n');
         if buf.len() > (1 << 20) {
             copy.send(buf.as_bytes()).await?;
             buf.clear();
@@ -81,6 +94,9 @@ pub async fn copy_rows(
     }
     copy.send(buf.as_bytes()).await?;
     copy.finish().await?;
+    if ordering_keys > 0 {
+        sqlx::raw_sql("COMMIT").execute(&mut *conn).await?;
+    }
     Ok(())
 }
 

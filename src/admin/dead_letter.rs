@@ -406,7 +406,7 @@ pub async fn requeue(pool: &PgPool, table: &TableName, sel: &Selection) -> Resul
         .map(|row| sqlx::Row::try_get::<i64, _>(row, 0))
         .collect::<std::result::Result<Vec<i64>, _>>()?;
     // A row without an ordering key gets a new id: above every relay's claim cursor, it is
-    // claimed at once. A keyed row keeps its id (`jobrelay.keep_ids`: the ordering trigger
+    // claimed at once. A keyed row keeps its id (`jobrelay.ordering_lock` off: the ordering trigger
     // draws none), so it goes first in its key again, before the rows it held
     // (docs/guarantees.md#per-key-order); a relay's next catch-up finds it.
     let sql = format!(
@@ -418,7 +418,7 @@ pub async fn requeue(pool: &PgPool, table: &TableName, sel: &Selection) -> Resul
               keyed AS (INSERT INTO {t} (id, {job})
                         SELECT id, {job} FROM moved
                         WHERE ordering_key IS NOT NULL
-                          AND (SELECT set_config('jobrelay.keep_ids', 'on', true)) IS NOT NULL
+                          AND (SELECT set_config('jobrelay.ordering_lock', 'off', true)) IS NOT NULL
                         ORDER BY id
                         RETURNING 1)
          SELECT (SELECT count(*) FROM plain) + (SELECT count(*) FROM keyed)",

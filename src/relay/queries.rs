@@ -250,11 +250,11 @@ impl Queries {
                  RETURNING {returning}, {flags}",
                 channel = sql_literal(&table.channel())
             ),
-            // Each row keeps its id (`jobrelay.keep_ids`: the ordering trigger of migration 9
+            // Each row keeps its id (`jobrelay.ordering_lock` off: the ordering trigger of migration 9
             // draws none), so a keyed row stays first in its key.
             retry: format!(
                 "INSERT INTO {t} ({row_columns}) SELECT {from_unnest} FROM {unnest} \
-                 WHERE (SELECT set_config('jobrelay.keep_ids', 'on', true)) IS NOT NULL"
+                 WHERE (SELECT set_config('jobrelay.ordering_lock', 'off', true)) IS NOT NULL"
             ),
             slot_held: "SELECT current_setting('jobrelay.slot_held', true)".to_owned(),
             dead_letter: format!(

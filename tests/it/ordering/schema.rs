@@ -165,7 +165,7 @@ async fn writers_of_one_key_take_turns_and_ids_follow_their_commits(pool: PgPool
         "WITH moved AS (DELETE FROM pending_jobs WHERE id = $1 RETURNING id)
          INSERT INTO pending_jobs (id, queue, job_type, ordering_key)
          SELECT id, 'q', 'T', 'k' FROM moved
-         WHERE (SELECT set_config('jobrelay.keep_ids', 'on', true)) IS NOT NULL
+         WHERE (SELECT set_config('jobrelay.ordering_lock', 'off', true)) IS NOT NULL
          RETURNING id",
     )
     .bind(first_id)
