@@ -55,7 +55,15 @@ pub async fn bench_drain(
     let prefix = if vacuumed { "vacuumed" } else { "drain" };
     let (relay, cpu0, t0) = if vacuumed {
         // The old way: rows COPYed, VACUUM (ANALYZE), then the relay starts on them.
-        rows::copy_rows(sb, args.layout, args.rows, prefix, &args.options, args.ordering_keys).await?;
+        rows::copy_rows(
+            sb,
+            args.layout,
+            args.rows,
+            prefix,
+            &args.options,
+            args.ordering_keys,
+        )
+        .await?;
         sqlx::query("VACUUM (ANALYZE) pending_jobs")
             .execute(&sb.pool)
             .await?;
@@ -65,7 +73,15 @@ pub async fn bench_drain(
     } else {
         let relay = relay::start_relay(sb, args, None).await?;
         warm_up(sb, args.layout, 20).await?;
-        rows::copy_rows(sb, args.layout, args.rows, prefix, &args.options, args.ordering_keys).await?;
+        rows::copy_rows(
+            sb,
+            args.layout,
+            args.rows,
+            prefix,
+            &args.options,
+            args.ordering_keys,
+        )
+        .await?;
         (
             relay,
             cpu::CpuSnapshot::take(sb.redis()).await,

@@ -28,7 +28,11 @@ pub async fn bench_latency(sb: &Sandbox, args: &Args) -> Result<serde_json::Valu
 
     // With `BENCH_ORDERING_KEYS`, each row is the one row of its key (its uuid): what a key
     // adds to the way of a job no other job of its key waits for or holds.
-    let key = if args.ordering_keys > 0 { "$1::text" } else { "NULL" };
+    let key = if args.ordering_keys > 0 {
+        "$1::text"
+    } else {
+        "NULL"
+    };
     let insert = format!(
         "INSERT INTO pending_jobs (uuid, queue, job_type, payload, ordering_key) \
          VALUES ($1, 'latency', 'Ping', {}, {key})",

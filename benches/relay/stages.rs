@@ -18,7 +18,15 @@ use super::{rows, Args, BoxError};
 /// time goes, per 1,000 rows, and the claim statement's time from the first batch to the last.
 pub async fn bench_stages(sb: &Sandbox, args: &Args) -> Result<serde_json::Value, BoxError> {
     let rows = args.backlog_rows.max(1);
-    rows::copy_rows(sb, args.layout, rows, "stages", &args.options, args.ordering_keys).await?;
+    rows::copy_rows(
+        sb,
+        args.layout,
+        rows,
+        "stages",
+        &args.options,
+        args.ordering_keys,
+    )
+    .await?;
     let opts = jobrelay::config::session_settings(sb.url(None).parse()?);
     let pool = jobrelay::db::lazy_pool(opts, 2);
     let con = jobrelay::broker::connection::connect(sb.redis(), Duration::from_secs(5)).await?;

@@ -45,6 +45,8 @@ struct Transaction {
     /// The messages back to back; `message_ends[i]` ends job i's.
     messages: Vec<u8>,
     message_ends: Vec<usize>,
+    /// The script's last argument when jobs have ordering keys ([`Call::order_keys`]).
+    order_keys: Option<String>,
 }
 
 impl<'a> Call<'a> {
@@ -89,6 +91,19 @@ impl<'a> Call<'a> {
                 tx.messages.extend_from_slice(encoded);
                 tx.message_ends.push(tx.messages.len());
             }
+        }
+    }
+
+    /// Gives the script each job's ordering key as a number within the call, `0` for none,
+    /// space-separated, as its last argument: once a job of a key is refused, the script holds
+    /// the key's later jobs of the call (prelude.lua, `read_order_keys`). Called once, after
+    /// the last job, and only when a job has a key.
+    pub(super) fn order_keys(&mut self, keys: String) {
+        match &mut self.form {
+            Form::Script(inv) => {
+                inv.arg(keys);
+            }
+            Form::Transaction(tx) => tx.order_keys = Some(keys),
         }
     }
 
@@ -155,6 +170,9 @@ impl Transaction {
             eval.arg(self.key(k));
         }
         eval.arg(namespace).arg(self.ttl_ms);
+        if let Some(keys) = &self.order_keys {
+            eval.arg(keys);
+        }
         // EXEC's answer comes after MULTI's OK and each command's QUEUED.
         let mut reply = con.req_packed_commands(&pipe, pipe.len() + 1, 1).await?;
         let exec = match reply.pop() {

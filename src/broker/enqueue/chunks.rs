@@ -4,12 +4,10 @@
 //! take it over the byte limit. Lazily: a chunk is built only once the call before it was
 //! answered, so a failed call leaves the jobs behind it unmarshalled (and unacknowledged).
 //!
-//! Jobs with an ordering key (docs/guarantees.md#per-key-order) keep their key's order: once a
-//! job of a key is refused (before it is sent, or by the script), every later job of the key
-//! is [`Error::Held`], not sent. Within one call, a key's jobs share every destination the
-//! script could refuse (queue, schedule, flow, options): a job of a key bound elsewhere than
-//! the key's earlier jobs in the call starts the next call, which is built once this one is
-//! answered. So a refusal inside a call refuses the key's jobs of that call together.
+//! Jobs with an ordering key keep their key's order (docs/guarantees.md#per-key-order): once
+//! a job of a key is refused before it is sent, or answered refused by an earlier call, every
+//! later job of the key is [`Error::Held`], not sent; within one call the script holds them
+//! (each job's key goes with the call as a number: [`Call::order_keys`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -46,8 +44,10 @@ pub(super) struct Chunks<'a> {
     /// Ordering keys a job of which was refused, with that job's uuid: their later jobs are
     /// held.
     stopped: HashMap<&'a str, uuid::Uuid>,
-    /// The ordering keys in the chunk being filled, with the index of their first job there.
+    /// The ordering keys in the chunk being filled, numbered from 1 in the order they came.
     keyed: HashMap<&'a str, usize>,
+    /// For each job of the chunk being filled, its key's number (0: none).
+    key_numbers: Vec<usize>,
 }
 
 impl<'a> Chunks<'a> {
@@ -68,6 +68,7 @@ impl<'a> Chunks<'a> {
             fit_options: None,
             stopped: HashMap::new(),
             keyed: HashMap::new(),
+            key_numbers: Vec::new(),
         }
     }
 
@@ -90,25 +91,10 @@ impl<'a> Chunks<'a> {
             }
         }
     }
-}
 
-/// Whether `job`'s key has a job in the chunk (`keyed`, indexes into `jobs`) bound elsewhere
-/// (see the module's doc).
-fn goes_elsewhere(keyed: &HashMap<&str, usize>, jobs: &[Job], key: &str, job: &Job) -> bool {
-    keyed.get(key).is_some_and(|&first| {
-        let first = &jobs[first];
-        first.queue != job.queue
-            || first.run_at.is_some() != job.run_at.is_some()
-            || first.parent_uuid != job.parent_uuid
-            || first.predecessor_uuid != job.predecessor_uuid
-            || first.dead_parent != job.dead_parent
-            || !(Arc::ptr_eq(&first.options, &job.options) || first.options == job.options)
-    })
-}
-
-impl<'a> Chunks<'a> {
     /// The next chunk, or `None` when every job went out or was refused. A job refused before
-    /// it is sent (invalid, unfit for the layout, too large) gets its result in `results`.
+    /// it is sent (invalid, unfit for the layout, too large) gets its result in `results`, and
+    /// so does a job held behind a refused one of its key.
     pub(super) fn next(&mut self, results: &mut [Option<JobResult>]) -> Option<Chunk<'a>> {
         let e = self.enqueuer;
         let mut chunk = Chunk {
@@ -117,22 +103,19 @@ impl<'a> Chunks<'a> {
         };
         let mut call_bytes = 0;
         self.keyed.clear();
+        self.key_numbers.clear();
         if let Some((i, size)) = self.carried.take() {
             // Carried before the last call was answered: its key may have stopped since.
             if let Some(held) = self.held(i) {
                 results[i] = Some(Err(held));
-                return self.next(results);
-            }
-            chunk.call.push(&self.jobs[i], &self.buf, &mut self.scratch);
-            chunk.sent.push(i);
-            call_bytes = size;
-            if let Some(key) = self.jobs[i].ordering_key.as_deref() {
-                self.keyed.insert(key, i);
+            } else {
+                chunk.call.push(&self.jobs[i], &self.buf, &mut self.scratch);
+                self.add(&mut chunk, i);
+                call_bytes = size;
             }
         }
         while let Some(i) = self.order.next() {
             let job = &self.jobs[i];
-            let key = job.ordering_key.as_deref();
             if let Some(held) = self.held(i) {
                 results[i] = Some(Err(held));
                 continue;
@@ -144,7 +127,7 @@ impl<'a> Chunks<'a> {
                 .is_some_and(|fit| Arc::ptr_eq(fit, &job.options));
             if let Err(err) = e.marshal_checked(job, &mut self.buf, self.checks, options_fit) {
                 results[i] = Some(Err(err));
-                if let Some(key) = key {
+                if let Some(key) = job.ordering_key.as_deref() {
                     self.stopped.insert(key, job.uuid);
                 }
                 continue;
@@ -154,21 +137,38 @@ impl<'a> Chunks<'a> {
             }
             let size = self.buf.len() + e.layout.args_overhead(&e.namespace, job, self.buf.len());
             if !chunk.sent.is_empty()
-                && (chunk.sent.len() == MAX_JOBS_PER_CALL
-                    || call_bytes + size > e.max_call_bytes
-                    || key.is_some_and(|k| goes_elsewhere(&self.keyed, self.jobs, k, job)))
+                && (chunk.sent.len() == MAX_JOBS_PER_CALL || call_bytes + size > e.max_call_bytes)
             {
                 self.carried = Some((i, size));
-                return Some(chunk);
+                return Some(self.finish(chunk));
             }
             chunk.call.push(job, &self.buf, &mut self.scratch);
-            chunk.sent.push(i);
+            self.add(&mut chunk, i);
             call_bytes += size;
-            if let Some(key) = key {
-                self.keyed.entry(key).or_insert(i);
-            }
         }
-        (!chunk.sent.is_empty()).then_some(chunk)
+        (!chunk.sent.is_empty()).then(|| self.finish(chunk))
+    }
+
+    /// Job `i` joins `chunk` (its call has the job's arguments): noted with its key's number.
+    fn add(&mut self, chunk: &mut Chunk<'a>, i: usize) {
+        chunk.sent.push(i);
+        let number = match self.jobs[i].ordering_key.as_deref() {
+            None => 0,
+            Some(key) => {
+                let next = self.keyed.len() + 1;
+                *self.keyed.entry(key).or_insert(next)
+            }
+        };
+        self.key_numbers.push(number);
+    }
+
+    /// The chunk, its call given its jobs' key numbers when one has a key.
+    fn finish(&self, mut chunk: Chunk<'a>) -> Chunk<'a> {
+        if !self.keyed.is_empty() {
+            let numbers: Vec<String> = self.key_numbers.iter().map(usize::to_string).collect();
+            chunk.call.order_keys(numbers.join(" "));
+        }
+        chunk
     }
 }
 

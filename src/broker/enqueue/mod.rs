@@ -289,6 +289,18 @@ impl Enqueuer {
             });
         }
         for (&i, value) in sent.iter().zip(reply) {
+            if let Some(behind) = held_behind(&value) {
+                // Held by the script behind a refused job of its key (prelude.lua).
+                let behind = sent
+                    .get(behind)
+                    .map_or(uuid::Uuid::nil(), |&b| jobs[b].uuid);
+                results[i] = Some(Err(Error::Held {
+                    uuid: jobs[i].uuid,
+                    key: jobs[i].ordering_key.clone().unwrap_or_default(),
+                    behind,
+                }));
+                continue;
+            }
             results[i] = Some(match value {
                 Value::Int(code) => Outcome::from_code(code)
                     .ok_or_else(|| refused(&jobs[i], format!("unknown outcome code {code}"))),
@@ -332,6 +344,16 @@ fn unacknowledged_from(
             })
         })
         .collect())
+}
+
+/// The place in the call of the refused job a script's `HELD <i>` answer names.
+fn held_behind(value: &Value) -> Option<usize> {
+    let text = match value {
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?,
+        Value::SimpleString(s) => s.as_str(),
+        _ => return None,
+    };
+    text.strip_prefix("HELD ")?.parse().ok()
 }
 
 fn refused(job: &Job, message: String) -> Error {

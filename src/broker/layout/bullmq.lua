@@ -135,13 +135,16 @@ end
 local some_jobs_exist = any_exists(job_keys)
 open_marks(ARGV[1] .. 'jobrelay:bullmq:marks:', ttl, now)
 local marked_already = marked(ids)
+read_order_keys(2 + FIELDS * n)
 
 for i = 0, n - 1 do
   local b = 2 + i * FIELDS
   local route = ARGV[b + 2]
   local id = ids[i + 1]
   local m = marked_already[id]
-  if seen[id] or m == true then
+  if held_by_key(i) then
+    result[i + 1] = held_by_key(i)
+  elseif seen[id] or m == true then
     result[i + 1] = 5
   elseif m then
     result[i + 1] = m
@@ -189,6 +192,7 @@ for i = 0, n - 1 do
       end
     end
   end
+  note_answer(i, result[i + 1])
 end
 
 -- Per queue, what each of BullMQ's adds reads first: getOrSetMaxEvents and

@@ -19,8 +19,9 @@
 --
 -- Returns one element per job, in order: 1 (queued) or 5 (duplicate: its marker existed, or
 -- the same uuid came earlier in this call; its message was taken back out), or a string: why
--- this job was refused (its list key holds another type); a refused job leaves no write
--- behind and no marker. The marker's value is the queue's key. Markers are written last.
+-- this job was refused (its list key holds another type), or that it was held behind a
+-- refused job of its ordering key (`HELD <i>`, prelude.lua; its message taken back out); a
+-- refused or held job leaves no write behind and no marker. The marker's value is the queue's key. Markers are written last.
 local ttl = ARGV[2]
 local n = #KEYS / 2
 
@@ -41,13 +42,15 @@ local result = {}
 local taken, taken_lists = {}, {}
 
 local some_exist = any_marker_exists(n)
+read_order_keys(2)
 
 for i = 0, n - 1 do
   local marker, list = KEYS[2 * i + 1], KEYS[2 * i + 2]
   local k = (nth[list] or 0) + 1
   nth[list] = k
   local have = type_of(list)
-  if seen[marker] or (some_exist and redis.call('EXISTS', marker) == 1) then
+  local held = held_by_key(i)
+  if held or seen[marker] or (some_exist and redis.call('EXISTS', marker) == 1) then
     -- A list of another type refused the LPUSH: nothing to take back.
     if have == 'list' then
       redis.call('LSET', list, pushed[list] - k, TAKEN)
@@ -57,7 +60,7 @@ for i = 0, n - 1 do
       end
       taken[list] = taken[list] + 1
     end
-    result[i + 1] = 5
+    result[i + 1] = held or 5
   elseif have ~= 'list' then
     result[i + 1] = 'WRONGTYPE key ' .. list .. ' holds a ' .. have .. ', not a list'
   else
@@ -66,6 +69,7 @@ for i = 0, n - 1 do
     markers[#markers + 1] = list
     result[i + 1] = 1
   end
+  note_answer(i, result[i + 1])
 end
 
 for _, list in ipairs(taken_lists) do

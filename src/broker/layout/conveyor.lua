@@ -124,11 +124,14 @@ local function alive(uuid)
   return answer
 end
 
+read_order_keys(2 + FIELDS * n)
 for i = 0, n - 1 do
   local b = 2 + i * FIELDS
   local marker, queue_key, route, job, alone =
     KEYS[2 * i + 1], KEYS[2 * i + 2], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
-  if seen[marker] or (some_exist and redis.call('EXISTS', marker) == 1) then
+  if held_by_key(i) then
+    result[i + 1] = held_by_key(i)
+  elseif seen[marker] or (some_exist and redis.call('EXISTS', marker) == 1) then
     result[i + 1] = 5
   else
     -- key: where the bytes go; where: the marker's tag; anchor: whose list it is; racing:
@@ -194,6 +197,7 @@ for i = 0, n - 1 do
       result[i + 1] = outcome
     end
   end
+  note_answer(i, result[i + 1])
 end
 
 flush(ns .. 'scheduled')

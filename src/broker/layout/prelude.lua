@@ -117,6 +117,37 @@ local function write_markers(markers, ttl)
   end
 end
 
+-- Per-key order (docs/guarantees.md#per-key-order). When a job of the call has an ordering
+-- key, the call's last argument, after the `used` ones the script reads, gives each job in turn
+-- the number of its key within the call ("0": none), space-separated. Once a job of a key is
+-- refused, the key's later jobs in the call are held: answered 'HELD <i>' (i: the refused
+-- job's place in the call, from 0) and, like a refused job, not written.
+local key_of, stopped = {}, {}
+local function read_order_keys(used)
+  if #ARGV > used then
+    local i = 0
+    for g in string.gmatch(ARGV[#ARGV], '%d+') do
+      key_of[i] = g
+      i = i + 1
+    end
+  end
+end
+
+-- The answer of job i (from 0) when an earlier job of its key was refused in this call.
+local function held_by_key(i)
+  local g = key_of[i]
+  if g ~= nil and g ~= '0' then return stopped[g] end
+  return nil
+end
+
+-- After job i's answer `answer`: a refusal (a string) stops its key for the rest of the call.
+local function note_answer(i, answer)
+  local g = key_of[i]
+  if type(answer) == 'string' and g ~= nil and g ~= '0' and stopped[g] == nil then
+    stopped[g] = 'HELD ' .. i
+  end
+end
+
 -- One length-prefixed field ("<n>:<n bytes>") of a value, from position `at`: the field and
 -- the position after it.
 local function field(m, at)

@@ -127,6 +127,7 @@ local marked_already = marked(uuids)
 -- The first byte of a created_at argument with a run_at ('@'), and of a description with a meta
 -- or options (and of the options after the description).
 local ROUTED, FRAMED = 64, 0
+read_order_keys(2 + FIELDS * n)
 
 for i = 1, n do
   -- Job i's arguments: ARGV[b + 1] (its uuid), then created_at, data, description.
@@ -136,7 +137,9 @@ for i = 1, n do
   local job_key = job_keys[i]
   local job_type = some_jobs and type_of(job_key) or 'none'
   local m = marked_already[uuid]
-  if seen[uuid] or job_type == 'hash' or m == true then
+  if held_by_key(i - 1) then
+    result[i] = held_by_key(i - 1)
+  elseif seen[uuid] or job_type == 'hash' or m == true then
     result[i] = 5
   elseif m then
     result[i] = m
@@ -221,6 +224,7 @@ for i = 1, n do
       result[i] = outcome
     end
   end
+  note_answer(i - 1, result[i])
 end
 
 for _, key in ipairs(push_keys) do variadic('RPUSH', key, pushes[key]) end

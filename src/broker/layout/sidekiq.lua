@@ -43,11 +43,14 @@ local result = {}
 local pushed, names = {}, {}
 
 local some_exist = any_marker_exists(n)
+read_order_keys(2 + FIELDS * n)
 
 for i = 0, n - 1 do
   local b = 2 + i * FIELDS
   local marker, queue_key, route, job = KEYS[2 * i + 1], KEYS[2 * i + 2], ARGV[b + 1], ARGV[b + 2]
-  if seen[marker] or (some_exist and redis.call('EXISTS', marker) == 1) then
+  if held_by_key(i) then
+    result[i + 1] = held_by_key(i)
+  elseif seen[marker] or (some_exist and redis.call('EXISTS', marker) == 1) then
     result[i + 1] = 5
   else
     local key, want, outcome, score = queue_key, 'list', 1, nil
@@ -80,6 +83,7 @@ for i = 0, n - 1 do
       result[i + 1] = outcome
     end
   end
+  note_answer(i, result[i + 1])
 end
 
 flush(SCHEDULE)

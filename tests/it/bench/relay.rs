@@ -22,6 +22,12 @@ async fn the_benchmark_runs_with_small_sizes_and_cleans_up() {
         backlog_rows: 1_500,
         vacuumed: true,
         options: "{}".to_owned(),
+        // Keyed rows (interleaved over 7 keys) through every stage: the COPY with the key
+        // locks off, the drain and stages, a key per latency row.
+        ordering_keys: 7,
+        stages: ["drain", "stages", "naive", "latency", "notify_cost"]
+            .map(str::to_owned)
+            .to_vec(),
     };
     let report = relay_bench::bench(&args).await.expect("the benchmark runs");
     assert_eq!(report["drain"]["rows"], 2_000);

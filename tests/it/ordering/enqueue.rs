@@ -1,24 +1,28 @@
-//! The enqueuer keeps a key's order inside one push: once a job of a key is refused, before it
-//! is sent or by the script, the key's later jobs of the push are held (not sent), whatever
-//! queue they are bound for, and other keys' jobs go.
+//! The enqueuer keeps a key's order inside one push, in every layout: once a job of a key is
+//! refused, before it is sent or by the script, the key's later jobs of the push are held (not
+//! sent; inside the call, by the script), whatever queue they are bound for, and other keys'
+//! jobs go.
 
 use super::*;
+use crate::common::layouts::per_layout;
 use jobrelay::producer::JobBuilder;
 use jobrelay::{Enqueuer, Error, Outcome};
 
 fn keyed(queue: &str, key: &str) -> jobrelay::Job {
-    JobBuilder::new(queue, "Ordered")
+    JobBuilder::new(queue, "app.tasks.ordered")
         .payload(b"[]".to_vec())
         .ordering_key(key)
         .build()
         .unwrap()
 }
 
-#[tokio::test]
-async fn a_refused_job_holds_the_later_jobs_of_its_key_in_every_queue() {
+async fn a_refused_job_holds_the_later_jobs_of_its_key_in_every_queue(
+    _pool: PgPool,
+    layout: TestLayout,
+) {
     let ns = Namespace::new();
     let mut con = ns.con().await;
-    let enqueuer = Enqueuer::new(ns.prefix.clone(), Duration::from_secs(60));
+    let enqueuer = Enqueuer::new(ns.prefix.clone(), Duration::from_secs(60)).with_layout(layout.0);
     // `bad` holds a string: the script refuses its jobs (WRONGTYPE).
     let _: () = redis::cmd("SET")
         .arg(enqueuer.queue_key("bad"))
@@ -27,7 +31,7 @@ async fn a_refused_job_holds_the_later_jobs_of_its_key_in_every_queue() {
         .await
         .unwrap();
     let mut too_large = keyed("good", "c");
-    too_large.payload = vec![b'x'; 2048];
+    too_large.payload = format!("[\"{}\"]", "x".repeat(2048)).into_bytes();
     let jobs = vec![
         keyed("good", "a"), // 0: goes
         keyed("bad", "a"),  // 1: refused by the script
@@ -80,12 +84,17 @@ async fn a_refused_job_holds_the_later_jobs_of_its_key_in_every_queue() {
         "{:?}",
         results[7]
     );
-    let queued: Vec<String> = ns
-        .list_jobs(&enqueuer.queue_key("good").replacen(&ns.prefix, "", 1))
+    let mut queued: Vec<Vec<u8>> = redis::cmd("LRANGE")
+        .arg(enqueuer.queue_key("good"))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut con)
         .await
-        .into_iter()
-        .map(|j| j.uuid)
-        .collect();
+        .unwrap();
+    if layout.0 != LayoutKind::Rq {
+        queued.reverse();
+    }
+    let queued: Vec<String> = queued.iter().map(|m| layout.uuid_of(m)).collect();
     let expected: Vec<String> = [0, 3, 7]
         .iter()
         .map(|&i| jobs[i].uuid.to_string())
@@ -95,3 +104,5 @@ async fn a_refused_job_holds_the_later_jobs_of_its_key_in_every_queue() {
         "only the jobs no earlier job of their key held back"
     );
 }
+
+per_layout!(a_refused_job_holds_the_later_jobs_of_its_key_in_every_queue);
