@@ -26,8 +26,10 @@
 -- and indexes nothing). Run again after a failure in between, each step finds its work done.
 
 -- The trigger: lock the key, then draw the id from the table's own sequence (TG_ARGV[0]).
+-- SECURITY DEFINER: a producer's role may insert (the identity column draws its default without
+-- a grant) yet hold no privilege on the sequence; the function draws as its owner, who does.
 CREATE OR REPLACE FUNCTION jobrelay_order_key() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF current_setting('jobrelay.ordering_lock', true) IS DISTINCT FROM 'off' THEN
         PERFORM pg_advisory_xact_lock(

@@ -47,7 +47,9 @@ pub struct Queries {
     /// such row: it reads the rows parked ahead of it and the dead index entries there, never
     /// the table. Run in a transaction opened with [`BEGIN`], as every statement on the
     /// outbox. A conveyor parent whose children are still pending counts as claimable (its
-    /// children are).
+    /// children are). A keyed row counts only at the head of its key, due, its key held by no
+    /// dead letter (docs/guarantees.md#per-key-order): the rows behind a key's head wait for
+    /// it, not for a relay.
     pub oldest_claimable: String,
 }
 
@@ -272,8 +274,14 @@ impl Queries {
             ),
             oldest_claimable: format!(
                 "SELECT id, GREATEST(EXTRACT(EPOCH FROM now() - created_at)::float8, 0)
-                 FROM {t}
+                 FROM {t} r
                  WHERE id >= $1::int8 AND available_at <= now() {due} AND isfinite(created_at)
+                   AND (ordering_key IS NULL
+                        OR ((run_at IS NULL OR run_at <= now())
+                            AND NOT EXISTS (SELECT 1 FROM {t} p
+                                            WHERE p.ordering_key = r.ordering_key AND p.id < r.id)
+                            AND NOT EXISTS (SELECT 1 FROM {d} x
+                                            WHERE x.ordering_key = r.ordering_key)))
                  ORDER BY id
                  LIMIT 1"
             ),

@@ -102,9 +102,10 @@ fn the_runner_pages_hold_the_sql_the_worker_tests_run() {
         ("bullmq.md", "\n## Producing a BullMQ job"),
         ("rq.md", "\n## Producing an RQ job"),
         ("sidekiq.md", "<!-- sidekiq-insert -->"),
+        ("README.md", "<!-- shard-insert -->"),
     ] {
         let sql = doc_sql(page, marker);
-        assert!(sql.starts_with("INSERT INTO pending_jobs"), "{page}: {sql}");
+        assert!(sql.trim_start().starts_with("INSERT INTO pending_jobs"), "{page}: {sql}");
     }
 }
 

@@ -1,6 +1,7 @@
 //! The backlog gauges: `jobrelay_oldest_claimable_age_seconds` is the age of the first row a
-//! claim could take now, leaving out rows parked for a retry and, in the celery layout, rows
-//! not yet due, which `jobrelay_oldest_pending_age_seconds` counts.
+//! claim could take now, leaving out rows parked for a retry, rows behind their ordering key's
+//! head and, in the celery layout, rows not yet due, which `jobrelay_oldest_pending_age_seconds`
+//! counts.
 
 use super::*;
 use jobrelay::relay::backlog::Backlog;
@@ -63,6 +64,35 @@ async fn the_claimable_age_leaves_out_parked_rows_and_celery_rows_not_due(pool: 
         .unwrap();
     assert_eq!(claimable_age(&pool, LayoutKind::Celery).await, 0.0);
     assert!(near(claimable_age(&pool, LayoutKind::Jobrelay).await, 2.0));
+}
+
+/// A keyed row counts only at the head of its key: the rows behind a head parked for a retry,
+/// or behind a dead-lettered row of their key, wait for it, not for a relay.
+#[sqlx::test]
+async fn the_claimable_age_leaves_out_keyed_rows_behind_their_head(pool: PgPool) {
+    let parked_head = insert_aged(&pool, 5, "1 hour", "NULL").await;
+    let behind_parked = insert_aged(&pool, 4, "0 seconds", "NULL").await;
+    let behind_dead = insert_aged(&pool, 3, "0 seconds", "NULL").await;
+    insert_aged(&pool, 1, "0 seconds", "NULL").await;
+    sqlx::raw_sql(&format!(
+        "UPDATE pending_jobs SET ordering_key = 'a' WHERE id IN ({parked_head}, {behind_parked});
+         UPDATE pending_jobs SET ordering_key = 'b' WHERE id = {behind_dead};
+         INSERT INTO pending_jobs_dead (id, uuid, queue, job_type, ordering_key, last_error)
+         VALUES (-1, gen_random_uuid(), 'default', 'Dead', 'b', 'refused')"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let age = claimable_age(&pool, LayoutKind::Jobrelay).await;
+    assert!(near(age, 1.0), "only the unkeyed row is claimable: {age}");
+    // The head's backoff ends: the key is claimable again, from its head.
+    sqlx::query("UPDATE pending_jobs SET available_at = now() WHERE id = $1")
+        .bind(parked_head)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let age = claimable_age(&pool, LayoutKind::Jobrelay).await;
+    assert!(near(age, 5.0), "the head: {age}");
 }
 
 /// The sampler looks from its mark (the first claimable row it found), so a dead or parked head

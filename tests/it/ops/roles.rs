@@ -106,7 +106,11 @@ async fn least_privilege_scenario(
         .query_async(&mut con)
         .await
         .unwrap();
-    sqlx::query("INSERT INTO pending_jobs (queue, job_type) VALUES ('poison', 'W')")
+    // Keyed: the ordering trigger draws its id as the trigger's owner (the producer role has
+    // no privilege on the sequence), and the relay role hands it back with its id kept.
+    sqlx::query(
+        "INSERT INTO pending_jobs (queue, job_type, ordering_key) VALUES ('poison', 'W', 'a-1')",
+    )
         .execute(&app_pool)
         .await
         .unwrap();

@@ -142,11 +142,11 @@ async fn fleet(pool: PgPool, fault: Fault) {
         .await
         .unwrap();
     assert_eq!(dead, 0, "no row may be dead-lettered here");
-    let refused_logged = count_in_logs(logs.path(), "jobs refused by redis");
+    let refused = refused_in_logs(logs.path());
     if fault == Fault::Refusals {
         assert!(
-            refused_logged > 0 && refusals.load(Ordering::SeqCst) > 0,
-            "the refusals must have happened: {} toggles, {refused_logged} refusals logged",
+            refused > 0 && refusals.load(Ordering::SeqCst) > 0,
+            "the refusals must have happened: {} toggles, {refused} jobs refused",
             refusals.load(Ordering::SeqCst)
         );
     }
@@ -162,10 +162,11 @@ async fn fleet(pool: PgPool, fault: Fault) {
     println!(
         "FIGURES test=ordering_fleet fault={fault:?} relays={RELAYS} workers={WORKERS} rows={jobs} \
          keys={keys} producers={PRODUCERS} produced_s={:.1} drained_s={:.1} toggles={} \
-         refusal_lines={refused_logged}",
+         jobs_refused={refused} refused_pct={:.2}",
         produced_in.as_secs_f64(),
         drained_in.as_secs_f64(),
         refusals.load(Ordering::SeqCst),
+        100.0 * refused as f64 / ROWS as f64,
     );
     drop(relays);
     server.kill();
@@ -228,12 +229,24 @@ async fn refuse_now_and_then(
     }
 }
 
-/// Lines of the relays' logs in `dir` whose message is `message`.
-fn count_in_logs(dir: &std::path::Path, message: &str) -> usize {
+/// The jobs Redis refused, summed from the relays' logs in `dir` (the `refused` field of each
+/// "jobs refused by redis" line).
+fn refused_in_logs(dir: &std::path::Path) -> u64 {
     std::fs::read_dir(dir)
         .unwrap()
         .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap_or_default())
-        .map(|text| text.lines().filter(|l| l.contains(message)).count())
+        .flat_map(|text| {
+            text.lines()
+                .filter(|l| l.contains("jobs refused by redis"))
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .map(|v| {
+                    v.get("refused")
+                        .or_else(|| v.get("fields").and_then(|f| f.get("refused")))
+                        .and_then(serde_json::Value::as_u64)
+                        .unwrap_or(0)
+                })
+                .collect::<Vec<_>>()
+        })
         .sum()
 }
 
