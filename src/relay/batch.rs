@@ -1,6 +1,7 @@
 //! One relay step: claim a batch, push it, delete what Redis acknowledged, commit.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,11 @@ pub struct Batcher<S> {
     settings: Arc<BatchSettings>,
     sink: S,
     cursor: Arc<ClaimCursor>,
+    /// Claim with [`Queries::claim`] (rows with an ordering key may wait), not
+    /// [`Queries::claim_unkeyed`]: set while claims see keyed rows, and after a claim that
+    /// came back empty, so that a keyed row is never left unclaimed; clear after a keyed claim
+    /// that saw none. A table whose rows have no key is claimed with the cheaper statement.
+    keyed: AtomicBool,
 }
 
 /// What [`Batcher::claim_push_settle`] leaves for the transaction's end.
@@ -79,6 +85,7 @@ impl<S: JobSink> Batcher<S> {
             settings,
             sink,
             cursor: Arc::default(),
+            keyed: AtomicBool::new(true),
         }
     }
 
@@ -232,13 +239,19 @@ impl<S: JobSink> Batcher<S> {
         from: i64,
     ) -> Result<Step> {
         let claiming = Instant::now();
+        let keyed = self.keyed.load(Ordering::Relaxed);
+        let claim = if keyed {
+            &self.queries.claim
+        } else {
+            &self.queries.claim_unkeyed
+        };
         let claimed: Vec<ClaimedRow> = self
             .bounded(
                 "postgres claim",
                 // Unnamed statements (here and below): a named one would outlive the
                 // transaction on its server connection, which PgBouncer in transaction mode
                 // hands to other clients (docs/cli.md#postgres-connections).
-                sqlx::query_as(&self.queries.claim)
+                sqlx::query_as(claim)
                     .persistent(false)
                     .bind(self.settings.batch_size as i64)
                     .bind(older_than.map(|d| d.as_secs_f64()))
@@ -252,11 +265,14 @@ impl<S: JobSink> Batcher<S> {
         let mut report = Report {
             claimed: claimed.len() as u64,
             more: claimed.len() >= self.settings.batch_size || claimed.iter().any(|c| c.capped),
-            passed_over: claimed.iter().any(|c| c.held),
+            // Keyed rows the unkeyed claim left: looked for again at once (a catch-up).
+            passed_over: claimed.iter().any(|c| c.held || (c.keyed && !keyed)),
             last_id: claimed.iter().map(|c| c.row.id).max(),
             ..Report::default()
         };
         report.stages.claim = claiming.elapsed();
+        self.keyed
+            .store(claimed.first().is_none_or(|c| c.keyed), Ordering::Relaxed);
         if claimed.is_empty() {
             if self.settings.claim_slots.is_some() {
                 // Empty table, or no free slot? Only an idle poll pays this round trip.

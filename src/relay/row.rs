@@ -241,9 +241,12 @@ pub(crate) struct ClaimedRow {
     /// The claim locked rows it did not take: rows of a key whose earlier row is pending
     /// outside the claim or dead-lettered (docs/guarantees.md#per-key-order).
     pub held: bool,
+    /// Rows with an ordering key wait at or above where the claim looked (the same for every
+    /// row).
+    pub keyed: bool,
 }
 
-/// The claim's columns: [`PendingRow`]'s, then the flags `buried`, `capped` and `held`, at the positions
+/// The claim's columns: [`PendingRow`]'s, then the flags `buried`, `capped`, `held` and `keyed`, at the positions
 /// `columns::at` names ([`super::Queries::claim`]).
 impl<'r> sqlx::FromRow<'r, PgRow> for ClaimedRow {
     fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
@@ -252,6 +255,7 @@ impl<'r> sqlx::FromRow<'r, PgRow> for ClaimedRow {
             buried: row.try_get(at::BURIED)?,
             capped: row.try_get(at::CAPPED)?,
             held: row.try_get(at::HELD)?,
+            keyed: row.try_get(at::KEYED)?,
         })
     }
 }

@@ -105,7 +105,10 @@ fn the_runner_pages_hold_the_sql_the_worker_tests_run() {
         ("README.md", "<!-- shard-insert -->"),
     ] {
         let sql = doc_sql(page, marker);
-        assert!(sql.trim_start().starts_with("INSERT INTO pending_jobs"), "{page}: {sql}");
+        assert!(
+            sql.trim_start().starts_with("INSERT INTO pending_jobs"),
+            "{page}: {sql}"
+        );
     }
 }
 

@@ -111,9 +111,9 @@ async fn least_privilege_scenario(
     sqlx::query(
         "INSERT INTO pending_jobs (queue, job_type, ordering_key) VALUES ('poison', 'W', 'a-1')",
     )
-        .execute(&app_pool)
-        .await
-        .unwrap();
+    .execute(&app_pool)
+    .await
+    .unwrap();
     let relay_url = url_as(db, relay);
     let env = [
         ("DATABASE_URL", relay_url.as_str()),
