@@ -177,17 +177,19 @@ impl Queries {
         // same statement, but the second leaves keyed rows alone and plans in two thirds of the
         // time (the keyed part's subqueries: 0.55 ms a claim, measured with EXPLAIN).
         let claim = |keyed: bool| {
-            let rows = if keyed {
+            // The rows it locks, in `id` order (named `name`, with `ordering_key` where the
+            // keyed claim needs it, and `keys`: which rows with a key it may lock).
+            let lock = |name: &str, key_column: &str, keys: &str| {
                 format!(
-                    "                 ), candidates AS MATERIALIZED (
-                     SELECT ctid, id, ordering_key, octet_length(payload) > $4::int8 AS oversize,
+                    "                 ), {name} AS MATERIALIZED (
+                     SELECT ctid, id, {key_column}octet_length(payload) > $4::int8 AS oversize,
                             CASE WHEN octet_length(payload) > $4::int8 THEN 0
                                  ELSE octet_length(payload) END + {ROW_OVERHEAD_BYTES} AS counted
                      FROM {t}
                      WHERE (SELECT held FROM slot)
                        AND id >= $6::int8
                        AND available_at <= now() {due}
-                       AND (ordering_key IS NULL OR run_at IS NULL OR run_at <= now())
+                       AND {keys}
                        AND ($2::float8 IS NULL OR created_at <= now() - $2 * interval '1 second'
                             OR created_at NOT BETWEEN '0001-01-01 00:00:00+00'
                                                   AND '9999-12-31 23:59:59.999999+00')
@@ -195,7 +197,24 @@ impl Queries {
                      ORDER BY id
                      LIMIT $1
                      FOR UPDATE SKIP LOCKED
-                 ), keyed AS (
+"
+                )
+            };
+            // Keyed: a keyed row only once due, and only at the head of its key. Per key of the
+            // candidates (evaluated once, at the key's first candidate, and carried to its
+            // other rows by a window): the first id not to take, `stop`. That is the key's
+            // first candidate when an earlier row of the key is pending outside the claim
+            // (another worker's, backing off, not due) or the key has a dead letter; else the
+            // first pending row of the key between its first and last candidates that is not a
+            // candidate (another worker's); else none. Rows at or past `stop` are `passed`:
+            // locked, left untouched until the commit.
+            let rows = if keyed {
+                lock(
+                    "candidates",
+                    "ordering_key, ",
+                    "(ordering_key IS NULL OR run_at IS NULL OR run_at <= now())",
+                ) + &format!(
+                    "                 ), keyed AS (
                      SELECT id, ordering_key,
                             min(id) OVER (PARTITION BY ordering_key) AS lo,
                             max(id) OVER (PARTITION BY ordering_key) AS hi
@@ -226,25 +245,7 @@ impl Queries {
 "
                 )
             } else {
-                format!(
-                    "                 ), locked AS MATERIALIZED (
-                     SELECT ctid, id, octet_length(payload) > $4::int8 AS oversize,
-                            CASE WHEN octet_length(payload) > $4::int8 THEN 0
-                                 ELSE octet_length(payload) END + {ROW_OVERHEAD_BYTES} AS counted
-                     FROM {t}
-                     WHERE (SELECT held FROM slot)
-                       AND id >= $6::int8
-                       AND available_at <= now() {due}
-                       AND ordering_key IS NULL
-                       AND ($2::float8 IS NULL OR created_at <= now() - $2 * interval '1 second'
-                            OR created_at NOT BETWEEN '0001-01-01 00:00:00+00'
-                                                  AND '9999-12-31 23:59:59.999999+00')
-                       {flows}
-                     ORDER BY id
-                     LIMIT $1
-                     FOR UPDATE SKIP LOCKED
-"
-                )
+                lock("locked", "", "ordering_key IS NULL")
             };
             format!(
                 "WITH slot AS (
