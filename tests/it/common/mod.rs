@@ -294,6 +294,22 @@ pub async fn database_url_of(pool: &PgPool) -> String {
     url.to_string()
 }
 
+/// Applies the migrations of `migrations/` whose file names sort before `version` (e.g.
+/// `"20261129000009"`): the schema an older jobrelay left, for a test of the next migration
+/// on tables in use.
+pub async fn migrate_before(pool: &PgPool, version: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir("migrations").unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+        if name.as_str() < version {
+            std::fs::copy(&path, dir.path().join(name)).unwrap();
+        }
+    }
+    let older = sqlx::migrate::Migrator::new(dir.path()).await.unwrap();
+    older.run(pool).await.unwrap();
+}
+
 /// Calls `check` every `every` until it gives `Some`, at most `deadline` (at least once);
 /// `None` if it never did. The one place the tests' waits on a condition sleep.
 pub async fn poll<T, F, Fut>(deadline: Duration, every: Duration, mut check: F) -> Option<T>

@@ -5,16 +5,7 @@ use super::*;
 
 #[sqlx::test(migrations = false)]
 async fn migration_9_adds_ordering_key_to_outboxes_in_use(pool: PgPool) {
-    let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir("migrations").unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
-        if name.as_str() < "20261129000009" {
-            std::fs::copy(&path, dir.path().join(name)).unwrap();
-        }
-    }
-    let v8 = sqlx::migrate::Migrator::new(dir.path()).await.unwrap();
-    v8.run(&pool).await.unwrap();
+    migrate_before(&pool, "20261129000009").await;
     sqlx::raw_sql(
         "SELECT jobrelay_create_outbox('billing_jobs');
          INSERT INTO pending_jobs (queue, job_type) VALUES ('q', 'Old');

@@ -303,16 +303,7 @@ async fn checks_refuse_unrelayable_timestamps_at_insert(pool: PgPool) {
 /// refused) and leaves the application table alone.
 #[sqlx::test(migrations = false)]
 async fn migration_6_constrains_existing_outboxes_not_valid(pool: PgPool) {
-    let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir("migrations").unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
-        if name.as_str() < "20261124000006" {
-            std::fs::copy(&path, dir.path().join(name)).unwrap();
-        }
-    }
-    let v5 = sqlx::migrate::Migrator::new(dir.path()).await.unwrap();
-    v5.run(&pool).await.unwrap();
+    migrate_before(&pool, "20261124000006").await;
     sqlx::raw_sql(
         "SELECT jobrelay_create_outbox('billing_jobs');
          CREATE TABLE orders (id bigint PRIMARY KEY, total numeric);

@@ -46,16 +46,7 @@ async fn options_catalog(pool: &PgPool) -> (Vec<String>, Vec<(String, bool)>) {
 /// adopted by `migrate --table` without `options`, and gets it.
 #[sqlx::test(migrations = false)]
 async fn migration_8_adds_options_to_outboxes_in_use(pool: PgPool) {
-    let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir("migrations").unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
-        if name.as_str() < "20261128000008" {
-            std::fs::copy(&path, dir.path().join(name)).unwrap();
-        }
-    }
-    let v7 = sqlx::migrate::Migrator::new(dir.path()).await.unwrap();
-    v7.run(&pool).await.unwrap();
+    migrate_before(&pool, "20261128000008").await;
     sqlx::raw_sql(
         "SELECT jobrelay_create_outbox('billing_jobs');
          CREATE TABLE orders_jobs (LIKE pending_jobs INCLUDING ALL);
