@@ -91,28 +91,32 @@ use support::stats::round;
 pub use support::BoxError;
 
 async fn run(args: &Args, sb: &Sandbox) -> Result<serde_json::Value, BoxError> {
-    let skipped = serde_json::Value::Null;
-    let drain = match args.runs("drain") {
-        true => drain::bench_drain(sb, args, false).await?,
-        false => skipped.clone(),
+    let drain = if args.runs("drain") {
+        drain::bench_drain(sb, args, false).await?
+    } else {
+        serde_json::Value::Null
     };
-    let stages = match args.runs("stages") {
-        true => stages::bench_stages(sb, args).await?,
-        false => skipped.clone(),
+    let stages = if args.runs("stages") {
+        stages::bench_stages(sb, args).await?
+    } else {
+        serde_json::Value::Null
     };
-    let naive = match args.runs("naive") {
-        true => naive::bench_naive(sb, args).await?,
-        false => skipped.clone(),
+    let naive = if args.runs("naive") {
+        naive::bench_naive(sb, args).await?
+    } else {
+        serde_json::Value::Null
     };
     let ratio = drain["rows_per_second"].as_f64().unwrap_or(0.0)
         / naive["rows_per_second"].as_f64().unwrap_or(f64::INFINITY);
-    let latency = match args.runs("latency") {
-        true => latency::bench_latency(sb, args).await?,
-        false => skipped.clone(),
+    let latency = if args.runs("latency") {
+        latency::bench_latency(sb, args).await?
+    } else {
+        serde_json::Value::Null
     };
-    let notify = match args.runs("notify_cost") {
-        true => notify_cost::bench_notify_cost(sb, args).await?,
-        false => skipped,
+    let notify = if args.runs("notify_cost") {
+        notify_cost::bench_notify_cost(sb, args).await?
+    } else {
+        serde_json::Value::Null
     };
     Ok(json!({
         "settings": {

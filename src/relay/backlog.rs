@@ -128,11 +128,7 @@ impl HeldWatch {
     /// Takes one sample (naming the first key, the oldest hold), emits its gauges and, when
     /// the episode begins or ends, its log line.
     pub async fn sample(&mut self, pool: &PgPool) -> crate::error::Result<HeldKeys> {
-        let mut conn = pool.acquire().await?;
-        // The relay's planner settings: the keys' partial indexes, whatever the statistics say.
-        let mut tx = conn.begin_with(queries::BEGIN).await?;
-        let held = held_keys::read(&mut tx, &self.table, 1).await?;
-        tx.rollback().await?;
+        let held = held_keys::held_keys(pool, &self.table, 1).await?;
         self.saw(&held);
         Ok(held)
     }
