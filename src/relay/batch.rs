@@ -1,7 +1,7 @@
 //! One relay step: claim a batch, push it, delete what Redis acknowledged, commit.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,6 +9,7 @@ use chrono::Utc;
 use sqlx::{Connection as _, PgConnection, PgPool};
 
 use self::settle::{Failed, Fate};
+use super::claim_kind::{ClaimKind, Seen};
 use super::cursor::{ClaimCursor, Claimed};
 use super::queries::{self, Queries};
 use super::row::{ClaimedRow, PendingRow, RowMeta, SharedOptions};
@@ -33,11 +34,9 @@ pub struct Batcher<S> {
     settings: Arc<BatchSettings>,
     sink: S,
     cursor: Arc<ClaimCursor>,
-    /// Claim with [`Queries::claim`] (rows with an ordering key may wait), not
-    /// [`Queries::claim_unkeyed`]: set while claims see keyed rows, and after a claim that
-    /// came back empty, so that a keyed row is never left unclaimed; clear after a keyed claim
-    /// that saw none. A table whose rows have no key is claimed with the cheaper statement.
-    keyed: AtomicBool,
+    /// The claim this worker runs next ([`ClaimKind::next`], as a `u8`): a table whose rows
+    /// have no key is claimed with the cheapest statement.
+    claim_kind: AtomicU8,
 }
 
 /// What [`Batcher::claim_push_settle`] leaves for the transaction's end.
@@ -85,7 +84,8 @@ impl<S: JobSink> Batcher<S> {
             settings,
             sink,
             cursor: Arc::default(),
-            keyed: AtomicBool::new(true),
+            // Nothing seen yet: the claim that takes every row a claim may take.
+            claim_kind: AtomicU8::new(ClaimKind::Runs.to_u8()),
         }
     }
 
@@ -99,6 +99,11 @@ impl<S: JobSink> Batcher<S> {
     /// The claim cursor.
     pub fn cursor(&self) -> &ClaimCursor {
         &self.cursor
+    }
+
+    /// The claim this batcher runs next ([`ClaimKind::next`]).
+    pub fn claim_kind(&self) -> ClaimKind {
+        ClaimKind::from_u8(self.claim_kind.load(Ordering::Relaxed))
     }
 
     /// The sink.
@@ -239,12 +244,8 @@ impl<S: JobSink> Batcher<S> {
         from: i64,
     ) -> Result<Step> {
         let claiming = Instant::now();
-        let keyed = self.keyed.load(Ordering::Relaxed);
-        let claim = if keyed {
-            &self.queries.claim
-        } else {
-            &self.queries.claim_unkeyed
-        };
+        let kind = self.claim_kind();
+        let claim = self.queries.claim_for(kind);
         let claimed: Vec<ClaimedRow> = self
             .bounded(
                 "postgres claim",
@@ -265,14 +266,23 @@ impl<S: JobSink> Batcher<S> {
         let mut report = Report {
             claimed: claimed.len() as u64,
             more: claimed.len() >= self.settings.batch_size || claimed.iter().any(|c| c.capped),
-            // Keyed rows the unkeyed claim left: looked for again at once (a catch-up).
-            passed_over: claimed.iter().any(|c| c.held || (c.keyed && !keyed)),
+            // Rows a claim locked and left behind their key's head, and keyed rows the unkeyed
+            // claim left: looked for again at once (a catch-up).
+            passed_over: claimed
+                .iter()
+                .any(|c| c.held || (c.keyed && kind == ClaimKind::Unkeyed)),
             last_id: claimed.iter().map(|c| c.row.id).max(),
             ..Report::default()
         };
         report.stages.claim = claiming.elapsed();
-        self.keyed
-            .store(claimed.first().is_none_or(|c| c.keyed), Ordering::Relaxed);
+        let seen = Seen {
+            empty: claimed.is_empty(),
+            keyed: claimed.first().is_some_and(|c| c.keyed),
+            held: claimed.iter().any(|c| c.held),
+            full: report.more,
+        };
+        self.claim_kind
+            .store(kind.next(seen).to_u8(), Ordering::Relaxed);
         if claimed.is_empty() {
             if self.settings.claim_slots.is_some() {
                 // Empty table, or no free slot? Only an idle poll pays this round trip.

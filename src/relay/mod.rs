@@ -9,6 +9,7 @@
 
 pub mod backlog;
 pub mod batch;
+pub mod claim_kind;
 pub mod cursor;
 pub mod health;
 pub mod probe;

@@ -1,5 +1,6 @@
 //! The relay's SQL, rendered once per table.
 
+use super::claim_kind::ClaimKind;
 use crate::columns::{self, ALL, CLAIMED};
 use crate::sink::ClaimNeeds;
 use crate::table::TableName;
@@ -29,11 +30,18 @@ pub struct Queries {
     /// come first, then the two flags (`columns::CLAIMED`, `columns::CLAIM_FLAGS`). The delete
     /// only becomes visible at commit, which the relay issues after Redis acknowledged the
     /// jobs; until then the rows stay locked, and a rollback brings them back untouched.
+    /// A keyed row is taken only at the head of its key, with the run of its key's rows
+    /// behind it ([`ClaimKind::Runs`]); the flag `held` says the claim locked rows of a key it
+    /// did not take.
     pub claim: String,
+    /// [`Queries::claim`] taking a keyed row only at the head of its key, one row per key
+    /// ([`ClaimKind::Heads`]); its flag `held` says it locked rows of a key behind the rows
+    /// it took.
+    pub claim_heads: String,
     /// [`Queries::claim`] for rows without an ordering key only: it leaves keyed rows alone
-    /// and plans faster. The flag `keyed` of both says whether keyed rows wait from `$6` on;
-    /// a relay claims with `claim` while they may, with this one otherwise
-    /// ([`super::Batcher`]).
+    /// and plans faster ([`ClaimKind::Unkeyed`]). The flag `keyed` of the three says whether
+    /// keyed rows wait from `$6` on (those that take keyed rows look up to the last row they
+    /// locked); which claim a worker runs: [`ClaimKind::next`].
     pub claim_unkeyed: String,
     /// Puts refused rows back with their new attempts, delay and error.
     pub retry: String,
@@ -94,6 +102,15 @@ pub const PLANNER_SETTINGS: [(&str, &str); 3] = [
 pub const CLAIM_SLOT_CLASS: i32 = 0x6A73;
 
 impl Queries {
+    /// The claim statement of `kind`.
+    pub fn claim_for(&self, kind: ClaimKind) -> &str {
+        match kind {
+            ClaimKind::Unkeyed => &self.claim_unkeyed,
+            ClaimKind::Heads => &self.claim_heads,
+            ClaimKind::Runs => &self.claim,
+        }
+    }
+
     /// Renders the statements for `table`, for a runner that needs nothing of the claim.
     pub fn new(table: &TableName) -> Self {
         Queries::for_needs(table, ClaimNeeds::default())
@@ -133,20 +150,36 @@ impl Queries {
         // whether the claim moved the row to the dead letters (its payload over `$4`), and
         // whether the byte cap left locked rows out of this batch.
         // `held`: the claim locked rows it left for their key's earlier rows; `keyed`: rows
-        // with an ordering key wait from `$6` on (the relay claims with `claim` while they do,
-        // with `claim_unkeyed` otherwise).
-        let flags = |keyed: bool| {
+        // with an ordering key wait from `$6` on (which claim a worker runs next:
+        // `ClaimKind::next`). The unkeyed claim asks the partial index of keyed rows: nothing
+        // to read in a table whose rows have no key. The claims that take keyed rows look where
+        // their own scan went, from `$6` to the last row they locked, through the primary key:
+        // no more rows than the claim read (a keyed row is usually the first); there the key's
+        // index would hold the dead entries of every keyed row claimed since the last vacuum.
+        // That test is written so that it implies no `ordering_key IS NOT NULL`, which would
+        // let a plan walk that index instead. Keyed rows above wait for a later claim: the
+        // next one from a higher mark, or the one after a claim that came back empty.
+        let flags = |kind: ClaimKind| {
             columns::CLAIM_FLAGS
-                .map(|flag| match flag {
-                    "buried" => "octet_length(payload) > $4::int8 AS buried".to_owned(),
-                    "capped" => "NOT (SELECT all_fit FROM fits) AS capped".to_owned(),
-                    "held" if keyed => "EXISTS (SELECT 1 FROM passed) AS held".to_owned(),
-                    "held" => "false AS held".to_owned(),
-                    "keyed" => format!(
+                .map(|flag| match (flag, kind) {
+                    ("buried", _) => "octet_length(payload) > $4::int8 AS buried".to_owned(),
+                    ("capped", _) => "NOT (SELECT all_fit FROM fits) AS capped".to_owned(),
+                    ("held", ClaimKind::Runs) => "EXISTS (SELECT 1 FROM passed) AS held".to_owned(),
+                    ("held", ClaimKind::Heads) => {
+                        "(SELECT count(*) FROM candidates) > (SELECT count(*) FROM locked) AS held"
+                            .to_owned()
+                    }
+                    ("held", ClaimKind::Unkeyed) => "false AS held".to_owned(),
+                    ("keyed", ClaimKind::Unkeyed) => format!(
                         "EXISTS (SELECT 1 FROM {t} WHERE ordering_key IS NOT NULL \
                          AND id >= $6::int8) AS keyed"
                     ),
-                    other => unreachable!("claim flag {other}"),
+                    ("keyed", _) => format!(
+                        "EXISTS (SELECT 1 FROM {t} WHERE id >= $6::int8 \
+                         AND id <= (SELECT max(id) FROM candidates) \
+                         AND COALESCE(ordering_key, '') <> '') AS keyed"
+                    ),
+                    (other, _) => unreachable!("claim flag {other}"),
                 })
                 .join(", ")
         };
@@ -173,10 +206,20 @@ impl Queries {
         } else {
             ""
         };
-        // The keyed claim (`claim`) and the claim of rows without a key (`claim_unkeyed`): the
-        // same statement, but the second leaves keyed rows alone and plans in two thirds of the
-        // time (the keyed part's subqueries: 0.55 ms a claim, measured with EXPLAIN).
-        let claim = |keyed: bool| {
+        // The three claims (`super::claim_kind`) are one statement, but for which rows they
+        // lock and which of them they take. Measured with EXPLAIN on a warm connection (medians
+        // of 60 alternating runs, three rounds, one keyed row waiting): planned in about 0.5 ms
+        // without keys, 0.8 ms taking key heads, 1.4 ms taking key runs.
+        // A key with a dead letter holds its rows; the dead letters are probed per key only
+        // while they hold a keyed row at all (one look per statement).
+        let key_dead = |alias: &str| {
+            format!(
+                "(SELECT EXISTS (SELECT 1 FROM {d} WHERE ordering_key IS NOT NULL))
+                                            AND EXISTS (SELECT 1 FROM {d} x
+                                                        WHERE x.ordering_key = {alias}.ordering_key)"
+            )
+        };
+        let claim = |kind: ClaimKind| {
             // The rows it locks, in `id` order (named `name`, with `ordering_key` where the
             // keyed claim needs it, and `keys`: which rows with a key it may lock).
             let lock = |name: &str, key_column: &str, keys: &str| {
@@ -200,21 +243,44 @@ impl Queries {
 "
                 )
             };
-            // Keyed: a keyed row only once due, and only at the head of its key. Per key of the
-            // candidates (evaluated once, at the key's first candidate, and carried to its
-            // other rows by a window): the first id not to take, `stop`. That is the key's
-            // first candidate when an earlier row of the key is pending outside the claim
-            // (another worker's, backing off, not due) or the key has a dead letter; else the
-            // first pending row of the key between its first and last candidates that is not a
-            // candidate (another worker's); else none. Rows at or past `stop` are `passed`:
-            // locked, left untouched until the commit.
-            let rows = if keyed {
+            // A keyed row is taken only once due, and only at the head of its key. `Heads`
+            // locks the candidates and takes each keyed one only when no earlier row of its key
+            // is pending (one probe of the key's index per keyed row): one row per key.
+            // `Runs` takes a key's run: per key of the candidates (evaluated once, at the key's
+            // first candidate, and carried to its other rows by a window), the first id not to
+            // take, `stop`. That is the key's first candidate when an earlier row of the key
+            // is pending outside the claim (another worker's, backing off, not due) or the key
+            // has a dead letter; else the first pending row of the key between its first and
+            // last candidates that is not a candidate (another worker's); else none. (Each
+            // bound keeps a probe on the key's index whatever plan is made: a probe of all ids
+            // below the last candidate was planned, generic, as a walk of the primary key.)
+            // Rows locked but not taken are left untouched until the commit (`held`).
+            let candidates = || {
                 lock(
                     "candidates",
                     "ordering_key, ",
                     "(ordering_key IS NULL OR run_at IS NULL OR run_at <= now())",
-                ) + &format!(
-                    "                 ), keyed AS (
+                )
+            };
+            let rows = match kind {
+                ClaimKind::Unkeyed => lock("locked", "", "ordering_key IS NULL"),
+                ClaimKind::Heads => {
+                    candidates()
+                        + &format!(
+                            "                 ), locked AS MATERIALIZED (
+                     SELECT ctid, id, oversize, counted FROM candidates c
+                     WHERE c.ordering_key IS NULL
+                        OR (NOT EXISTS (SELECT 1 FROM {t} p
+                                        WHERE p.ordering_key = c.ordering_key AND p.id < c.id)
+                            AND NOT ({key_dead}))
+",
+                            key_dead = key_dead("c")
+                        )
+                }
+                ClaimKind::Runs => {
+                    candidates()
+                        + &format!(
+                            "                 ), keyed AS (
                      SELECT id, ordering_key,
                             min(id) OVER (PARTITION BY ordering_key) AS lo,
                             max(id) OVER (PARTITION BY ordering_key) AS hi
@@ -226,8 +292,7 @@ impl Queries {
                                        WHEN EXISTS (SELECT 1 FROM {t} p
                                                     WHERE p.ordering_key = k.ordering_key
                                                       AND p.id < k.lo)
-                                            OR EXISTS (SELECT 1 FROM {d} x
-                                                       WHERE x.ordering_key = k.ordering_key)
+                                            OR ({key_dead})
                                             THEN lo
                                        WHEN lo = hi THEN hi + 1
                                        ELSE COALESCE((SELECT min(p.id) FROM {t} p
@@ -242,10 +307,10 @@ impl Queries {
                  ), locked AS MATERIALIZED (
                      SELECT ctid, id, oversize, counted FROM candidates
                      WHERE id NOT IN (SELECT id FROM passed)
-"
-                )
-            } else {
-                lock("locked", "", "ordering_key IS NULL")
+",
+                            key_dead = key_dead("k")
+                        )
+                }
             };
             format!(
                 "WITH slot AS (
@@ -278,7 +343,7 @@ impl Queries {
                                        ELSE ARRAY(SELECT ctid FROM taken) END)
                  RETURNING {returning}, {flags}",
                 channel = sql_literal(&table.channel()),
-                flags = flags(keyed)
+                flags = flags(kind)
             )
         };
         Queries {
@@ -299,8 +364,9 @@ impl Queries {
             // others; the DELETE returns it without its payload, flagged.
             // Rows come back in physical order; the relay sorts them by `id`.
             // `ClaimedRow` decodes the RETURNING list by the positions `columns::at` names.
-            claim: claim(true),
-            claim_unkeyed: claim(false),
+            claim: claim(ClaimKind::Runs),
+            claim_heads: claim(ClaimKind::Heads),
+            claim_unkeyed: claim(ClaimKind::Unkeyed),
             retry: format!(
                 "INSERT INTO {t} ({row_columns}) SELECT {from_unnest} FROM {unnest} \
                  WHERE (SELECT set_config('jobrelay.ordering_lock', 'off', true)) IS NOT NULL"
@@ -350,28 +416,43 @@ mod tests {
     /// what `columns::at` names it for.
     #[test]
     fn the_claim_returns_its_columns_and_flags_where_decoding_reads_them() {
-        for (needs, keyed) in ClaimNeeds::ALL
+        let kinds = [ClaimKind::Unkeyed, ClaimKind::Heads, ClaimKind::Runs];
+        for (needs, kind) in ClaimNeeds::ALL
             .into_iter()
-            .flat_map(|n| [(n, true), (n, false)])
+            .flat_map(|n| kinds.map(|k| (n, k)))
         {
             let queries = Queries::for_needs(&TableName::default(), needs);
-            let claim = if keyed {
-                queries.claim
-            } else {
-                queries.claim_unkeyed
-            };
+            let claim = queries.claim_for(kind);
             let returning = &claim[claim.rfind("RETURNING ").unwrap() + "RETURNING ".len()..];
-            let names: Vec<&str> = returning
-                .split(", ")
+            let names: Vec<&str> = top_level_items(returning)
+                .into_iter()
                 .map(|item| item.split_whitespace().last().unwrap())
                 .collect();
             let mut wanted: Vec<&str> = COLUMNS[CLAIMED].to_vec();
             wanted.extend(CLAIM_FLAGS);
-            assert_eq!(names, wanted, "{needs:?}");
+            assert_eq!(names, wanted, "{needs:?} {kind:?}");
             assert_eq!(
                 (names[at::PAYLOAD], names[at::BURIED], names[at::CAPPED]),
                 ("payload", "buried", "capped")
             );
         }
+    }
+
+    /// `list` split at its commas outside parentheses.
+    fn top_level_items(list: &str) -> Vec<&str> {
+        let (mut items, mut depth, mut start) = (Vec::new(), 0i32, 0);
+        for (i, c) in list.char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                ',' if depth == 0 => {
+                    items.push(list[start..i].trim());
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        items.push(list[start..].trim());
+        items
     }
 }

@@ -7,6 +7,7 @@
 //! job to the row it came from, and checks every key's ids rise strictly, and that each row's
 //! job is there exactly once.
 
+mod claims;
 mod enqueue;
 mod execution;
 mod fleet;

@@ -77,6 +77,16 @@ fn cases() -> Vec<Case> {
             &format!("{BATCH}, NULL, 8388608, 8388608, 2, 50000"),
         ),
         claim(
+            "claim of key heads, from the lowest id",
+            &plain.claim_heads,
+            &format!("{BATCH}, NULL, 8388608, 8388608, 2, {}", i64::MIN),
+        ),
+        claim(
+            "claim of key heads, from a mark",
+            &plain.claim_heads,
+            &format!("{BATCH}, NULL, 8388608, 8388608, 2, 50000"),
+        ),
+        claim(
             "claim of rows without a key, from the lowest id",
             &plain.claim_unkeyed,
             &format!("{BATCH}, NULL, 8388608, 8388608, 2, {}", i64::MIN),

@@ -1,0 +1,127 @@
+//! Which of the three claims a worker runs next (docs/guarantees.md#per-key-order).
+//!
+//! All three take rows in `id` order and keep each key's order; they differ in what they cost
+//! Postgres to plan (every claim is planned anew: an unnamed statement, for PgBouncer) and in
+//! what they take of a key:
+//!
+//! - [`ClaimKind::Unkeyed`]: rows without an ordering key only, the cheapest to plan. Run while
+//!   the claims see no keyed row at or above where they look.
+//! - [`ClaimKind::Heads`]: any row, but a keyed row only at the head of its key: one row per
+//!   key, each tested with one probe of the key's index. Planned in about half the time
+//!   `Runs` takes more than `Unkeyed`, and cheaper to run when the keys of a batch are
+//!   distinct: a trickle of keyed rows, or thousands of interleaved keys.
+//! - [`ClaimKind::Runs`]: any row, and a key's run of rows from its head in one claim (a hot
+//!   key's thousand rows go in one script call). Run once a claim left rows of a key behind
+//!   its head, and while the claims come back full.
+//!
+//! A claim that comes back empty says nothing of the rows (no row returns the flags): the
+//! next claim is `Heads`, which leaves no row unclaimed.
+
+/// The claim a worker runs ([`super::queries::Queries::claim_for`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaimKind {
+    /// Rows without an ordering key only.
+    Unkeyed,
+    /// Any row; a keyed row only at the head of its key.
+    Heads,
+    /// Any row; a key's run of rows from its head.
+    Runs,
+}
+
+/// What a claim's rows said, for the choice of the next claim.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Seen {
+    /// No row came back.
+    pub empty: bool,
+    /// Keyed rows wait at or above where the claim looked (flag `keyed`).
+    pub keyed: bool,
+    /// The claim locked rows of a key behind the rows it took (flag `held`).
+    pub held: bool,
+    /// The claim came back full: `--batch-size` rows, or cut short by the byte cap.
+    pub full: bool,
+}
+
+impl ClaimKind {
+    /// The claim to run after this one saw `seen`.
+    pub fn next(self, seen: Seen) -> ClaimKind {
+        if seen.empty {
+            ClaimKind::Heads
+        } else if !seen.keyed {
+            ClaimKind::Unkeyed
+        } else if seen.held || (self == ClaimKind::Runs && seen.full) {
+            ClaimKind::Runs
+        } else {
+            ClaimKind::Heads
+        }
+    }
+
+    /// As a `u8`, for an atomic.
+    pub(crate) fn to_u8(self) -> u8 {
+        self as u8
+    }
+
+    /// From [`ClaimKind::to_u8`].
+    pub(crate) fn from_u8(n: u8) -> ClaimKind {
+        match n {
+            0 => ClaimKind::Unkeyed,
+            1 => ClaimKind::Heads,
+            _ => ClaimKind::Runs,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ClaimKind::{self, *};
+    use super::Seen;
+
+    const ALL: [ClaimKind; 3] = [Unkeyed, Heads, Runs];
+
+    fn seen(keyed: bool, held: bool, full: bool) -> Seen {
+        Seen {
+            empty: false,
+            keyed,
+            held,
+            full,
+        }
+    }
+
+    #[test]
+    fn an_empty_claim_is_followed_by_heads_which_leaves_no_row_behind() {
+        for kind in ALL {
+            let empty = Seen {
+                empty: true,
+                ..Seen::default()
+            };
+            assert_eq!(kind.next(empty), Heads, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn without_keyed_rows_the_claim_is_the_unkeyed_one() {
+        for kind in ALL {
+            for full in [false, true] {
+                assert_eq!(kind.next(seen(false, false, full)), Unkeyed, "{kind:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn rows_left_behind_their_head_bring_runs_which_stays_while_claims_are_full() {
+        for kind in ALL {
+            assert_eq!(kind.next(seen(true, true, false)), Runs, "{kind:?}");
+        }
+        assert_eq!(Runs.next(seen(true, false, true)), Runs);
+        assert_eq!(Runs.next(seen(true, false, false)), Heads);
+        // A full claim of distinct keys stays with heads.
+        assert_eq!(Heads.next(seen(true, false, true)), Heads);
+        assert_eq!(Unkeyed.next(seen(true, false, true)), Heads);
+    }
+
+    #[test]
+    fn the_kind_survives_its_atomic() {
+        for kind in ALL {
+            assert_eq!(ClaimKind::from_u8(kind.to_u8()), kind);
+        }
+    }
+}
