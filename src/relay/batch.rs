@@ -84,8 +84,8 @@ impl<S: JobSink> Batcher<S> {
             settings,
             sink,
             cursor: Arc::default(),
-            // Nothing seen yet: the claim that takes every row a claim may take.
-            claim_kind: AtomicU8::new(ClaimKind::Runs.to_u8()),
+            // Nothing seen yet: the claim that takes any row and plans faster than runs.
+            claim_kind: AtomicU8::new(ClaimKind::Heads.to_u8()),
         }
     }
 
@@ -99,6 +99,12 @@ impl<S: JobSink> Batcher<S> {
     /// The claim cursor.
     pub fn cursor(&self) -> &ClaimCursor {
         &self.cursor
+    }
+
+    /// Starts with the claim `kind` (a new batcher starts with [`ClaimKind::Heads`]).
+    pub fn starting_with(self, kind: ClaimKind) -> Self {
+        self.claim_kind.store(kind.to_u8(), Ordering::Relaxed);
+        self
     }
 
     /// The claim this batcher runs next ([`ClaimKind::next`]).

@@ -12,10 +12,14 @@
 //!   distinct: a trickle of keyed rows, or thousands of interleaved keys.
 //! - [`ClaimKind::Runs`]: any row, and a key's run of rows from its head in one claim (a hot
 //!   key's thousand rows go in one script call). Run once a claim left rows of a key behind
-//!   its head, and while the claims come back full.
+//!   its head, and then while the claims see keyed rows: going back to heads between two
+//!   workers' claims of one hot key made one-row batches (a drain of one key at a third of
+//!   its rate).
 //!
-//! A claim that comes back empty says nothing of the rows (no row returns the flags): the
-//! next claim is `Heads`, which leaves no row unclaimed.
+//! A claim that comes back empty says nothing of the rows (no row returns the flags): after
+//! `Unkeyed`, the next claim is `Heads`, which leaves no row unclaimed; `Heads` and `Runs`
+//! stay (a `Runs` claim comes back empty when every row it locked waits behind another
+//! worker's rows of the same hot key).
 
 /// The claim a worker runs ([`super::queries::Queries::claim_for`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,10 +49,15 @@ impl ClaimKind {
     /// The claim to run after this one saw `seen`.
     pub fn next(self, seen: Seen) -> ClaimKind {
         if seen.empty {
-            ClaimKind::Heads
+            // A claim of keyed rows stays: its rows may all have waited behind another
+            // worker's (a hot key), and heads would probe each of them.
+            match self {
+                ClaimKind::Unkeyed => ClaimKind::Heads,
+                kind => kind,
+            }
         } else if !seen.keyed {
             ClaimKind::Unkeyed
-        } else if seen.held || (self == ClaimKind::Runs && seen.full) {
+        } else if seen.held || self == ClaimKind::Runs {
             ClaimKind::Runs
         } else {
             ClaimKind::Heads
@@ -87,14 +96,14 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_claim_is_followed_by_heads_which_leaves_no_row_behind() {
-        for kind in ALL {
-            let empty = Seen {
-                empty: true,
-                ..Seen::default()
-            };
-            assert_eq!(kind.next(empty), Heads, "{kind:?}");
-        }
+    fn an_empty_claim_leaves_no_row_behind_and_keeps_a_claim_of_runs() {
+        let empty = Seen {
+            empty: true,
+            ..Seen::default()
+        };
+        assert_eq!(Unkeyed.next(empty), Heads);
+        assert_eq!(Heads.next(empty), Heads);
+        assert_eq!(Runs.next(empty), Runs);
     }
 
     #[test]
@@ -107,12 +116,12 @@ mod tests {
     }
 
     #[test]
-    fn rows_left_behind_their_head_bring_runs_which_stays_while_claims_are_full() {
+    fn rows_left_behind_their_head_bring_runs_which_stays_while_keyed_rows_wait() {
         for kind in ALL {
             assert_eq!(kind.next(seen(true, true, false)), Runs, "{kind:?}");
         }
         assert_eq!(Runs.next(seen(true, false, true)), Runs);
-        assert_eq!(Runs.next(seen(true, false, false)), Heads);
+        assert_eq!(Runs.next(seen(true, false, false)), Runs);
         // A full claim of distinct keys stays with heads.
         assert_eq!(Heads.next(seen(true, false, true)), Heads);
         assert_eq!(Unkeyed.next(seen(true, false, true)), Heads);

@@ -245,7 +245,10 @@ impl Queries {
             };
             // A keyed row is taken only once due, and only at the head of its key. `Heads`
             // locks the candidates and takes each keyed one only when no earlier row of its key
-            // is pending (one probe of the key's index per keyed row): one row per key.
+            // is pending (one probe of the key's index per keyed row): one row per key. The
+            // probe reads the key's index backwards from the row: a row behind another of its
+            // key finds that one first, not the dead entries of every row of the key claimed
+            // since the last vacuum (a hot key: a thousand probes over them each).
             // `Runs` takes a key's run: per key of the candidates (evaluated once, at the key's
             // first candidate, and carried to its other rows by a window), the first id not to
             // take, `stop`. That is the key's first candidate when an earlier row of the key
@@ -270,8 +273,9 @@ impl Queries {
                             "                 ), locked AS MATERIALIZED (
                      SELECT ctid, id, oversize, counted FROM candidates c
                      WHERE c.ordering_key IS NULL
-                        OR (NOT EXISTS (SELECT 1 FROM {t} p
-                                        WHERE p.ordering_key = c.ordering_key AND p.id < c.id)
+                        OR ((SELECT p.id FROM {t} p
+                             WHERE p.ordering_key = c.ordering_key AND p.id < c.id
+                             ORDER BY p.ordering_key DESC, p.id DESC LIMIT 1) IS NULL
                             AND NOT ({key_dead}))
 ",
                             key_dead = key_dead("c")

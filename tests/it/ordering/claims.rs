@@ -35,7 +35,7 @@ async fn each_batch_runs_the_claim_the_rows_before_asked_for(pool: PgPool) {
     // (claim run, rows claimed, passed over, claim next), per batch.
     let mut seen = Vec::new();
 
-    // Nothing seen yet: the claim that takes runs. Rows without a key: the unkeyed claim next.
+    // Nothing seen yet: the claim of key heads. Rows without a key: the unkeyed claim next.
     for _ in 0..3 {
         queued.push(row(&pool, None).await);
     }
@@ -52,7 +52,7 @@ async fn each_batch_runs_the_claim_the_rows_before_asked_for(pool: PgPool) {
     queued.extend([a1, b1]);
 
     // A hot key: heads takes its first row and leaves the others locked behind it, so the next
-    // claim takes the run, the rest of the key in one batch, in order.
+    // claim takes the run, the rest of the key in one batch, in order; runs stays.
     let mut hot = Vec::new();
     for _ in 0..5 {
         hot.push(row(&pool, Some("hot")).await);
@@ -61,19 +61,19 @@ async fn each_batch_runs_the_claim_the_rows_before_asked_for(pool: PgPool) {
     seen.push(step(&b).await);
     queued.extend(&hot);
 
-    // An empty claim says nothing of the rows: heads next, which takes keyed rows too.
+    // Runs stays while keyed rows are seen, and through an empty claim (which says nothing).
     seen.push(step(&b).await);
 
     use ClaimKind::*;
     assert_eq!(
         seen,
         [
-            (Runs, 3, false, Unkeyed),
+            (Heads, 3, false, Unkeyed),
             (Unkeyed, 1, true, Heads),
             (Heads, 2, false, Heads),
             (Heads, 1, true, Runs),
-            (Runs, 4, false, Heads),
-            (Heads, 0, false, Heads),
+            (Runs, 4, false, Runs),
+            (Runs, 0, false, Runs),
         ],
         "(claim run, rows claimed, passed over, claim next) per batch"
     );

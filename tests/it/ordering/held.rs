@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::common::batch::*;
+use jobrelay::relay::claim_kind::ClaimKind;
 use jobrelay::relay::{BatchSettings, Batcher};
 use jobrelay::report::Report;
 use std::sync::Arc;
@@ -45,19 +46,20 @@ async fn pending_uuids(pool: &PgPool) -> Vec<Uuid> {
         .unwrap()
 }
 
-/// Drains with a fresh batcher (its first claim starts from the lowest id), whose claim
+/// Drains with a fresh batcher starting with the claim of runs (its first claim starts from
+/// the lowest id), whose claim
 /// dead-letters a payload over 1,000 bytes itself (`--max-job-size`).
 async fn relay(pool: &PgPool, ns: &Namespace) -> Report {
     let settings = Arc::new(BatchSettings {
         max_job_bytes: 1000,
         ..(*settings(10)).clone()
     });
-    drain(&Batcher::new(
-        pool.clone(),
-        queries(),
-        settings,
-        redis_sink(ns, TTL).await,
-    ))
+    // The claim of runs: a key's rows behind a failed head come in the same batch, and the
+    // batch holds them.
+    drain(
+        &Batcher::new(pool.clone(), queries(), settings, redis_sink(ns, TTL).await)
+            .starting_with(ClaimKind::Runs),
+    )
     .await
 }
 
