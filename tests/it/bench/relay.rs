@@ -40,13 +40,16 @@ async fn the_benchmark_runs_with_small_sizes_and_cleans_up() {
     );
     assert_eq!(report["drain_vacuumed"]["rows"], 2_000);
     assert_eq!(report["stages"]["rows"], 1_500);
-    assert_eq!(report["stages"]["claim_ms"]["batches"], 3);
+    // 1,500 rows in batches of 500, and with ordering keys a first claim of key heads (one
+    // row per key) before the claim of runs takes them 500 at a time.
+    let batches = report["stages"]["claim_ms"]["batches"].as_u64().unwrap();
+    assert!((3..=4).contains(&batches), "{batches} batches");
     assert_eq!(
         report["stages"]["claim_ms"]["mean_per_tenth_first_to_last"]
             .as_array()
             .unwrap()
-            .len(),
-        3
+            .len() as u64,
+        batches
     );
     assert_eq!(report["naive"]["rows"], 100);
     assert!(report["drain_over_naive"].as_f64().unwrap() > 0.0);
