@@ -90,34 +90,33 @@ use support::sandbox::{Sandbox, Settings, SignalGuard};
 use support::stats::round;
 pub use support::BoxError;
 
+/// The figures of a stage that runs (`BENCH_STAGES`), `null` for one that does not: `bench`
+/// is only polled when it runs.
+async fn stage(
+    args: &Args,
+    name: &str,
+    bench: impl std::future::Future<Output = Result<serde_json::Value, BoxError>>,
+) -> Result<serde_json::Value, BoxError> {
+    if args.runs(name) {
+        bench.await
+    } else {
+        Ok(serde_json::Value::Null)
+    }
+}
+
 async fn run(args: &Args, sb: &Sandbox) -> Result<serde_json::Value, BoxError> {
-    let drain = if args.runs("drain") {
-        drain::bench_drain(sb, args, false).await?
-    } else {
-        serde_json::Value::Null
-    };
-    let stages = if args.runs("stages") {
-        stages::bench_stages(sb, args).await?
-    } else {
-        serde_json::Value::Null
-    };
-    let naive = if args.runs("naive") {
-        naive::bench_naive(sb, args).await?
-    } else {
-        serde_json::Value::Null
-    };
+    let drain = stage(args, "drain", drain::bench_drain(sb, args, false)).await?;
+    let stages = stage(args, "stages", stages::bench_stages(sb, args)).await?;
+    let naive = stage(args, "naive", naive::bench_naive(sb, args)).await?;
     let ratio = drain["rows_per_second"].as_f64().unwrap_or(0.0)
         / naive["rows_per_second"].as_f64().unwrap_or(f64::INFINITY);
-    let latency = if args.runs("latency") {
-        latency::bench_latency(sb, args).await?
-    } else {
-        serde_json::Value::Null
-    };
-    let notify = if args.runs("notify_cost") {
-        notify_cost::bench_notify_cost(sb, args).await?
-    } else {
-        serde_json::Value::Null
-    };
+    let latency = stage(args, "latency", latency::bench_latency(sb, args)).await?;
+    let notify = stage(
+        args,
+        "notify_cost",
+        notify_cost::bench_notify_cost(sb, args),
+    )
+    .await?;
     Ok(json!({
         "settings": {
             "workers": args.workers,

@@ -269,24 +269,22 @@ impl<S: JobSink> Batcher<S> {
                     .fetch_all(&mut *conn),
             )
             .await?;
+        // The flags `held` and `keyed` are the statement's, the same on every row.
+        let seen = Seen {
+            empty: claimed.is_empty(),
+            keyed: claimed.first().is_some_and(|c| c.keyed),
+            held: claimed.first().is_some_and(|c| c.held),
+        };
         let mut report = Report {
             claimed: claimed.len() as u64,
             more: claimed.len() >= self.settings.batch_size || claimed.iter().any(|c| c.capped),
             // Rows a claim locked and left behind their key's head, and keyed rows the unkeyed
             // claim left: looked for again at once (a catch-up).
-            passed_over: claimed
-                .iter()
-                .any(|c| c.held || (c.keyed && kind == ClaimKind::Unkeyed)),
+            passed_over: seen.held || (seen.keyed && kind == ClaimKind::Unkeyed),
             last_id: claimed.iter().map(|c| c.row.id).max(),
             ..Report::default()
         };
         report.stages.claim = claiming.elapsed();
-        let seen = Seen {
-            empty: claimed.is_empty(),
-            keyed: claimed.first().is_some_and(|c| c.keyed),
-            held: claimed.iter().any(|c| c.held),
-            full: report.more,
-        };
         self.claim_kind
             .store(kind.next(seen).to_u8(), Ordering::Relaxed);
         if claimed.is_empty() {

@@ -41,11 +41,12 @@ pub struct Seen {
     pub keyed: bool,
     /// The claim locked rows of a key behind the rows it took (flag `held`).
     pub held: bool,
-    /// The claim came back full: `--batch-size` rows, or cut short by the byte cap.
-    pub full: bool,
 }
 
 impl ClaimKind {
+    /// Every claim.
+    pub const ALL: [ClaimKind; 3] = [ClaimKind::Unkeyed, ClaimKind::Heads, ClaimKind::Runs];
+
     /// The claim to run after this one saw `seen`.
     pub fn next(self, seen: Seen) -> ClaimKind {
         if seen.empty {
@@ -84,14 +85,11 @@ mod tests {
     use super::ClaimKind::{self, *};
     use super::Seen;
 
-    const ALL: [ClaimKind; 3] = [Unkeyed, Heads, Runs];
-
-    fn seen(keyed: bool, held: bool, full: bool) -> Seen {
+    fn seen(keyed: bool, held: bool) -> Seen {
         Seen {
             empty: false,
             keyed,
             held,
-            full,
         }
     }
 
@@ -108,28 +106,25 @@ mod tests {
 
     #[test]
     fn without_keyed_rows_the_claim_is_the_unkeyed_one() {
-        for kind in ALL {
-            for full in [false, true] {
-                assert_eq!(kind.next(seen(false, false, full)), Unkeyed, "{kind:?}");
-            }
+        for kind in ClaimKind::ALL {
+            assert_eq!(kind.next(seen(false, false)), Unkeyed, "{kind:?}");
         }
     }
 
     #[test]
     fn rows_left_behind_their_head_bring_runs_which_stays_while_keyed_rows_wait() {
-        for kind in ALL {
-            assert_eq!(kind.next(seen(true, true, false)), Runs, "{kind:?}");
+        for kind in ClaimKind::ALL {
+            assert_eq!(kind.next(seen(true, true)), Runs, "{kind:?}");
         }
-        assert_eq!(Runs.next(seen(true, false, true)), Runs);
-        assert_eq!(Runs.next(seen(true, false, false)), Runs);
-        // A full claim of distinct keys stays with heads.
-        assert_eq!(Heads.next(seen(true, false, true)), Heads);
-        assert_eq!(Unkeyed.next(seen(true, false, true)), Heads);
+        assert_eq!(Runs.next(seen(true, false)), Runs);
+        // A claim of distinct keys, full or not, stays with heads.
+        assert_eq!(Heads.next(seen(true, false)), Heads);
+        assert_eq!(Unkeyed.next(seen(true, false)), Heads);
     }
 
     #[test]
     fn the_kind_survives_its_atomic() {
-        for kind in ALL {
+        for kind in ClaimKind::ALL {
             assert_eq!(ClaimKind::from_u8(kind.to_u8()), kind);
         }
     }

@@ -420,10 +420,9 @@ mod tests {
     /// what `columns::at` names it for.
     #[test]
     fn the_claim_returns_its_columns_and_flags_where_decoding_reads_them() {
-        let kinds = [ClaimKind::Unkeyed, ClaimKind::Heads, ClaimKind::Runs];
         for (needs, kind) in ClaimNeeds::ALL
             .into_iter()
-            .flat_map(|n| kinds.map(|k| (n, k)))
+            .flat_map(|n| ClaimKind::ALL.map(|k| (n, k)))
         {
             let queries = Queries::for_needs(&TableName::default(), needs);
             let claim = queries.claim_for(kind);
