@@ -60,6 +60,7 @@ pub async fn start_relay(
             statement_timeout: STATEMENT_TIMEOUT,
             // As the daemon: its batches take a fleet-wide claim slot.
             claim_slots: Some(DEFAULT_CLAIM_SLOTS as u32),
+            prepared_statements: args.prepared_statements,
             ..BatchSettings::default()
         },
         poll_interval: Duration::from_secs(1),

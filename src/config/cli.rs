@@ -48,6 +48,19 @@ pub struct Flags {
     /// [env: JOBRELAY_PG_MAX_CONNECTIONS] [default: workers+3]
     #[arg(long, global = true, help_heading = RELAY, value_name = "N")]
     pub pg_max_connections: Option<String>,
+    /// Claim with named statements, planned once per connection: only on a direct
+    /// connection, a session pooler, or PgBouncer 1.21+ with max_prepared_statements; alone it
+    /// means true, or `=false` [env: JOBRELAY_PREPARED_STATEMENTS] [default: false]
+    #[arg(
+        long,
+        global = true,
+        help_heading = RELAY,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub prepared_statements: Option<String>,
     /// Redis URL, redis:// or rediss:// (TLS) [env: REDIS_URL] [default: redis://127.0.0.1:6379]
     #[arg(long, global = true, help_heading = CONNECTION, value_name = "URL")]
     pub redis_url: Option<String>,

@@ -165,6 +165,9 @@ impl Config {
                 duration_between(s, Duration::from_millis(100), Duration::from_secs(600))
             })?
             .unwrap_or(DEFAULT_PUSH_TIMEOUT);
+        let prepared_statements = src
+            .parse("prepared_statements", parse_bool)?
+            .unwrap_or(false);
         let redis_allow_eviction = src
             .parse("redis_allow_eviction", parse_bool)?
             .unwrap_or(false);
@@ -231,6 +234,7 @@ impl Config {
             database_url: SecretUrl(database_url),
             listen_url: listen_url.map(|(url, _)| SecretUrl(url)),
             pg_max_connections,
+            prepared_statements,
             redis_url: SecretUrl(redis_url),
             redis_ca_file,
             redis_allow_eviction,

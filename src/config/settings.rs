@@ -26,6 +26,8 @@ pub struct Config {
     /// `--pg-max-connections`: the most Postgres connections the relay opens (see
     /// [`Config::pg_footprint`]).
     pub pg_max_connections: usize,
+    /// `--prepared-statements`.
+    pub prepared_statements: bool,
     /// `--redis-url`.
     pub redis_url: SecretUrl,
     /// `--redis-ca-file`: CA certificates that verify a `rediss://` server instead of the
@@ -119,6 +121,7 @@ impl Config {
             max_batch_bytes: self.batch_max_bytes,
             max_job_bytes: self.max_job_size,
             claim_slots: None,
+            prepared_statements: self.prepared_statements,
             max_attempts: self.max_attempts,
             statement_timeout: STATEMENT_TIMEOUT,
             idle_in_transaction_timeout: self.idle_in_transaction_timeout(),

@@ -27,6 +27,11 @@ pub const OPTIONS: &[(&str, &str, Option<&str>)] = &[
         "--pg-max-connections",
         Some("JOBRELAY_PG_MAX_CONNECTIONS"),
     ),
+    (
+        "prepared_statements",
+        "--prepared-statements",
+        Some("JOBRELAY_PREPARED_STATEMENTS"),
+    ),
     ("redis_url", "--redis-url", Some("REDIS_URL")),
     ("redis_url_file", "--redis-url-file", Some("REDIS_URL_FILE")),
     (
@@ -124,12 +129,13 @@ pub(crate) struct Sources<'a> {
 }
 
 fn flag_values(f: &Flags) -> HashMap<&'static str, String> {
-    let pairs: [(&'static str, &Option<String>); 28] = [
+    let pairs: [(&'static str, &Option<String>); 29] = [
         ("database_url", &f.database_url),
         ("database_url_file", &f.database_url_file),
         ("listen_url", &f.listen_url),
         ("listen_url_file", &f.listen_url_file),
         ("pg_max_connections", &f.pg_max_connections),
+        ("prepared_statements", &f.prepared_statements),
         ("redis_url", &f.redis_url),
         ("redis_url_file", &f.redis_url_file),
         ("redis_ca_file", &f.redis_ca_file),

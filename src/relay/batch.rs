@@ -255,11 +255,11 @@ impl<S: JobSink> Batcher<S> {
         let claimed: Vec<ClaimedRow> = self
             .bounded(
                 "postgres claim",
-                // Unnamed statements (here and below): a named one would outlive the
-                // transaction on its server connection, which PgBouncer in transaction mode
-                // hands to other clients (docs/cli.md#postgres-connections).
+                // Unnamed (here and below) unless --prepared-statements: a named statement
+                // outlives the transaction on its server connection, which PgBouncer in
+                // transaction mode hands to other clients (docs/cli.md#postgres-connections).
                 sqlx::query_as(claim)
-                    .persistent(false)
+                    .persistent(self.settings.prepared_statements)
                     .bind(self.settings.batch_size as i64)
                     .bind(older_than.map(|d| d.as_secs_f64()))
                     .bind(self.settings.max_batch_bytes as i64)

@@ -391,6 +391,28 @@ fn pg_max_connections_decides_the_footprint() {
     assert_eq!(e.culprit, "--listen-url");
 }
 
+/// `--prepared-statements`: off unless asked for, as a bare flag, `=BOOL` or the environment.
+#[test]
+fn prepared_statements_are_off_unless_asked_for() {
+    let claims_prepared = |args: &[&str], env: &[(&str, &str)]| {
+        let c = resolve(args, env).unwrap();
+        assert_eq!(
+            c.batch_settings().prepared_statements,
+            c.prepared_statements
+        );
+        c.prepared_statements
+    };
+    assert!(!claims_prepared(&[], &[]));
+    assert!(claims_prepared(&["--prepared-statements"], &[]));
+    assert!(!claims_prepared(&["--prepared-statements=false"], &[]));
+    assert!(claims_prepared(
+        &[],
+        &[("JOBRELAY_PREPARED_STATEMENTS", "true")]
+    ));
+    let e = resolve(&[], &[("JOBRELAY_PREPARED_STATEMENTS", "sometimes")]).unwrap_err();
+    assert_eq!(e.culprit, "JOBRELAY_PREPARED_STATEMENTS");
+}
+
 /// `--redis-allow-eviction` (a bare flag, or a boolean from the environment or the file),
 /// `--redis-wait-replicas` and `--redis-wait-timeout`, which must be shorter than
 /// `--push-timeout` when replicas are waited for.

@@ -24,6 +24,10 @@ pub struct BatchSettings {
     /// of sidecars has at most this many batches in flight. `None`: no slot needed (the sweep,
     /// library users).
     pub claim_slots: Option<u32>,
+    /// Claims as named statements, planned once per connection (`--prepared-statements`,
+    /// docs/cli.md#postgres-connections); `false`: unnamed, planned at every claim, which any
+    /// pooler passes on.
+    pub prepared_statements: bool,
 }
 
 impl Default for BatchSettings {
@@ -39,6 +43,7 @@ impl Default for BatchSettings {
             idle_in_transaction_timeout: crate::defaults::DEFAULT_PUSH_TIMEOUT
                 + crate::defaults::STATEMENT_TIMEOUT,
             claim_slots: None,
+            prepared_statements: false,
         }
     }
 }

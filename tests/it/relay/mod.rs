@@ -6,6 +6,7 @@ mod hostile_rows;
 mod limits;
 mod options;
 mod plans;
+mod prepared;
 mod settle;
 mod supervision;
 mod sweep;

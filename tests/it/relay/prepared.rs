@@ -1,0 +1,98 @@
+//! `--prepared-statements`: the claims run as named statements, prepared once on a
+//! connection and executed there again (their plans cached), and relay what the unnamed ones
+//! relay; without it, no statement outlives its transaction (docs/cli.md#postgres-connections).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::common::batch::*;
+use crate::common::*;
+use jobrelay::relay::{BatchSettings, Batcher};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+
+/// Rows without a key and rows of three keys, interleaved, drained five at a time by a relay
+/// whose one connection is then asked which statements it holds prepared: each job once, each
+/// key's jobs in order, and the claims prepared only when asked for (two rounds: the second
+/// runs statements the first prepared).
+async fn relay_on_one_connection(pool: &PgPool, prepared: bool) -> (Vec<String>, i64) {
+    let ns = Namespace::new();
+    let one = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with((*pool.connect_options()).clone())
+        .await
+        .unwrap();
+    let settings = Arc::new(BatchSettings {
+        prepared_statements: prepared,
+        ..(*settings(5)).clone()
+    });
+    let b = Batcher::new(one.clone(), queries(), settings, redis_sink(&ns, TTL).await);
+    let mut relayed = Vec::new();
+    for round in 0..2 {
+        sqlx::query(
+            "INSERT INTO pending_jobs (queue, job_type, payload, ordering_key)
+             SELECT 'default', 'Step', convert_to(format('%s-%s-%s', $1::int, k, i), 'UTF8'),
+                    CASE WHEN k = 0 THEN NULL ELSE 'k' || k END
+             FROM generate_series(1, 8) AS i, generate_series(0, 3) AS k
+             ORDER BY i, k",
+        )
+        .bind(round)
+        .execute(pool)
+        .await
+        .unwrap();
+        drain(&b).await;
+        assert_eq!(pending_count(pool).await, 0, "round {round} drained");
+    }
+    for job in ns.list_jobs("queue:default").await {
+        relayed.push(String::from_utf8(job.payload).unwrap());
+    }
+    // Unnamed, this one: it is not among the statements it counts.
+    let claims: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE 'WITH slot AS%'",
+    )
+    .persistent(false)
+    .fetch_one(&one)
+    .await
+    .unwrap();
+    (relayed, claims)
+}
+
+/// Each payload once, and each key's payloads (`round-key-i`) in the order they were written.
+fn assert_each_once_in_key_order(relayed: &[String]) {
+    assert_eq!(relayed.len(), 2 * 8 * 4, "{relayed:?}");
+    let mut sorted = relayed.to_vec();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), relayed.len(), "a job twice: {relayed:?}");
+    let mut last: BTreeMap<String, (i32, i32)> = BTreeMap::new();
+    for p in relayed {
+        let [round, key, i]: [i32; 3] = p
+            .split('-')
+            .map(|n| n.parse().unwrap())
+            .collect::<Vec<_>>()
+            .try_into()
+            .unwrap();
+        if key == 0 {
+            continue;
+        }
+        let prev = last.insert(key.to_string(), (round, i));
+        assert!(
+            prev < Some((round, i)),
+            "key {key}: {p} after {prev:?} in {relayed:?}"
+        );
+    }
+}
+
+#[sqlx::test]
+async fn claims_are_prepared_and_reused_only_when_asked_for(pool: PgPool) {
+    let (relayed, claims) = relay_on_one_connection(&pool, true).await;
+    assert_each_once_in_key_order(&relayed);
+    assert!(
+        (1..=3).contains(&claims),
+        "one prepared statement per claim run, at most three: {claims}"
+    );
+
+    let (relayed, claims) = relay_on_one_connection(&pool, false).await;
+    assert_each_once_in_key_order(&relayed);
+    assert_eq!(claims, 0, "unnamed claims leave nothing prepared");
+}
