@@ -44,8 +44,9 @@ pub(crate) const CLAIMED: Range<usize> = at::ID..at::ATTEMPTS + 1;
 /// What the claim returns after the columns of [`CLAIMED`], in this order: whether the claim
 /// moved the row to the dead letters itself (`buried`), whether the byte cap cut the batch
 /// short (`capped`), whether it locked rows it left for their key's earlier rows (`held`), and
-/// whether rows with an ordering key wait at or above where it looked (`keyed`).
-pub(crate) const CLAIM_FLAGS: [&str; 4] = ["buried", "capped", "held", "keyed"];
+/// whether rows with an ordering key wait at or above where it looked (`keyed`); and the
+/// statement's tag (`statement`, [`crate::relay::Queries::claim_tag`]).
+pub(crate) const CLAIM_FLAGS: [&str; 5] = ["buried", "capped", "held", "keyed", "statement"];
 
 /// Positions in [`COLUMNS`] (and in the claim's `RETURNING` list) that decoding reads, each
 /// found by its column's name when the crate compiles.
@@ -74,6 +75,8 @@ pub(crate) mod at {
     pub(crate) const HELD: usize = CLAIMED.end + position(&CLAIM_FLAGS, "held");
     /// The claim's flag `keyed`, after the columns of [`CLAIMED`].
     pub(crate) const KEYED: usize = CLAIMED.end + position(&CLAIM_FLAGS, "keyed");
+    /// The claim's tag `statement`, after the columns of [`CLAIMED`].
+    pub(crate) const STATEMENT: usize = CLAIMED.end + position(&CLAIM_FLAGS, "statement");
 }
 
 /// The names of `typed`.
@@ -210,8 +213,8 @@ mod tests {
         // The claim returns every column before `available_at`, then its three flags.
         assert_eq!((CLAIMED.start, COLUMNS[CLAIMED.end]), (0, "available_at"));
         assert_eq!(
-            (at::BURIED, at::CAPPED, at::HELD, at::KEYED),
-            (14, 15, 16, 17)
+            (at::BURIED, at::CAPPED, at::HELD, at::KEYED, at::STATEMENT),
+            (14, 15, 16, 17, 18)
         );
         assert_eq!(list(JOB_AND_CREATED), format!("{}, created_at", list(JOB)));
     }

@@ -11,6 +11,7 @@ use sqlx::{Connection as _, PgConnection, PgPool};
 use self::settle::{Failed, Fate};
 use super::claim_kind::{ClaimKind, Seen};
 use super::cursor::{ClaimCursor, Claimed};
+use super::prepared::{self, PreparedClaims};
 use super::queries::{self, Queries};
 use super::row::{ClaimedRow, PendingRow, RowMeta, SharedOptions};
 use crate::backoff::per_job_delay;
@@ -37,6 +38,8 @@ pub struct Batcher<S> {
     /// The claim this worker runs next ([`ClaimKind::next`], as a `u8`): a table whose rows
     /// have no key is claimed with the cheapest statement.
     claim_kind: AtomicU8,
+    /// Whether claims run as named statements (`--prepared-statements`, [`super::prepared`]).
+    prepared: Arc<PreparedClaims>,
 }
 
 /// What [`Batcher::claim_push_settle`] leaves for the transaction's end.
@@ -81,12 +84,20 @@ impl<S: JobSink> Batcher<S> {
         Batcher {
             pool,
             queries,
-            settings,
             sink,
             cursor: Arc::default(),
             // Nothing seen yet: the claim that takes any row and plans faster than runs.
             claim_kind: AtomicU8::new(ClaimKind::Heads.to_u8()),
+            prepared: Arc::new(PreparedClaims::new(settings.prepared_statements)),
+            settings,
         }
+    }
+
+    /// Shares `prepared` (whether claims are named statements) with the other batchers of the
+    /// same relay: one that finds they cannot be ends them for all.
+    pub fn with_prepared(mut self, prepared: Arc<PreparedClaims>) -> Self {
+        self.prepared = prepared;
+        self
     }
 
     /// Shares `cursor` (where claims start, [`super::cursor`]) with the other batchers of the
@@ -251,15 +262,20 @@ impl<S: JobSink> Batcher<S> {
     ) -> Result<Step> {
         let claiming = Instant::now();
         let kind = self.claim_kind();
-        let claim = self.queries.claim_for(kind);
-        let claimed: Vec<ClaimedRow> = self
+        let named = self.prepared.on();
+        let claim = if named {
+            self.queries.named_claim_for(kind)
+        } else {
+            self.queries.claim_for(kind)
+        };
+        let claimed: Result<Vec<ClaimedRow>> = self
             .bounded(
                 "postgres claim",
                 // Unnamed (here and below) unless --prepared-statements: a named statement
                 // outlives the transaction on its server connection, which PgBouncer in
                 // transaction mode hands to other clients (docs/cli.md#postgres-connections).
                 sqlx::query_as(claim)
-                    .persistent(self.settings.prepared_statements)
+                    .persistent(named)
                     .bind(self.settings.batch_size as i64)
                     .bind(older_than.map(|d| d.as_secs_f64()))
                     .bind(self.settings.max_batch_bytes as i64)
@@ -268,7 +284,27 @@ impl<S: JobSink> Batcher<S> {
                     .bind(from)
                     .fetch_all(&mut *conn),
             )
-            .await?;
+            .await;
+        let not_kept = match &claimed {
+            Err(e) if named && prepared::not_kept(e) => Some(e.to_string()),
+            Ok(rows) if named && rows.iter().any(|c| c.statement != self.queries.claim_tag) => {
+                Some(
+                    "a claim's rows came from another client's statement of the same name"
+                        .to_owned(),
+                )
+            }
+            _ => None,
+        };
+        if let Some(why) = not_kept {
+            // Nothing pushed: the transaction rolls back (what another's statement did in it
+            // too), and the batch is claimed again at once, unnamed.
+            self.prepared.give_up(&why);
+            return Ok(Step::of(Report {
+                more: true,
+                ..Report::default()
+            }));
+        }
+        let claimed = claimed?;
         // The flags `held` and `keyed` are the statement's, the same on every row.
         let seen = Seen {
             empty: claimed.is_empty(),

@@ -12,6 +12,7 @@ pub mod batch;
 pub mod claim_kind;
 pub mod cursor;
 pub mod health;
+pub mod prepared;
 pub mod probe;
 pub mod queries;
 mod row;
@@ -148,11 +149,13 @@ pub fn spawn_with<S: JobSink + 'static>(
     drop(wake_tx);
     let queries = Arc::new(Queries::for_needs(&settings.table, needs));
     let batch = Arc::new(settings.batch.clone());
+    let prepared = Arc::new(prepared::PreparedClaims::new(batch.prepared_statements));
     let slots = Arc::new(slots::SlotGate::default());
     for sink in sinks {
         let batcher = Arc::new(
             Batcher::new(pool.clone(), queries.clone(), batch.clone(), sink)
-                .with_cursor(cursor.clone()),
+                .with_cursor(cursor.clone())
+                .with_prepared(prepared.clone()),
         );
         let (h, stop, wake, a, g) = (
             health.clone(),

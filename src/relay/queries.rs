@@ -64,6 +64,14 @@ pub struct Queries {
     /// dead letter (docs/guarantees.md#per-key-order): the rows behind a key's head wait for
     /// it, not for a relay.
     pub oldest_claimable: String,
+    /// The claims' tag, drawn at random when they are rendered, which every row they return
+    /// carries (`statement`): a row with another tag came from another client's statement of
+    /// the same name ([`super::prepared`]).
+    pub claim_tag: i64,
+    /// The three claims as named statements (`--prepared-statements`), in the order of
+    /// [`ClaimKind::ALL`]: their text differs from the unnamed ones', so that a connection's
+    /// cache of named statements, which sqlx looks in first, never answers for an unnamed claim.
+    named_claims: [String; 3],
 }
 
 /// [`PLANNER_SETTINGS`] as `SET LOCAL` statements (a literal, for `concat!`).
@@ -111,6 +119,11 @@ impl Queries {
         }
     }
 
+    /// The claim statement of `kind` to run as a named statement ([`super::prepared`]).
+    pub fn named_claim_for(&self, kind: ClaimKind) -> &str {
+        &self.named_claims[kind.to_u8() as usize]
+    }
+
     /// Renders the statements for `table`, for a runner that needs nothing of the claim.
     pub fn new(table: &TableName) -> Self {
         Queries::for_needs(table, ClaimNeeds::default())
@@ -123,6 +136,7 @@ impl Queries {
     /// indexes of migration 7 keep that test to two index probes per row. With
     /// [`ClaimNeeds::holds_until_due`], it takes a row only once its `run_at` has passed.
     pub fn for_needs(table: &TableName, needs: ClaimNeeds) -> Self {
+        let claim_tag = uuid::Uuid::new_v4().as_u64_pair().0 as i64;
         let t = table.pending();
         let d = table.dead();
         let row_columns = columns::list(ALL);
@@ -179,6 +193,7 @@ impl Queries {
                          AND id <= (SELECT max(id) FROM candidates) \
                          AND COALESCE(ordering_key, '') <> '') AS keyed"
                     ),
+                    ("statement", _) => format!("{claim_tag}::int8 AS statement"),
                     (other, _) => unreachable!("claim flag {other}"),
                 })
                 .join(", ")
@@ -402,6 +417,8 @@ impl Queries {
                  ORDER BY id
                  LIMIT 1"
             ),
+            claim_tag,
+            named_claims: ClaimKind::ALL.map(|kind| format!("/* named */ {}", claim(kind))),
         }
     }
 }

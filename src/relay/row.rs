@@ -244,9 +244,12 @@ pub(crate) struct ClaimedRow {
     /// Rows with an ordering key wait at or above where the claim looked (the same for every
     /// row).
     pub keyed: bool,
+    /// The tag of the statement that returned the row ([`super::Queries::claim_tag`]).
+    pub statement: i64,
 }
 
-/// The claim's columns: [`PendingRow`]'s, then the flags `buried`, `capped`, `held` and `keyed`, at the positions
+/// The claim's columns: [`PendingRow`]'s, then the flags `buried`, `capped`, `held` and `keyed`
+/// and the tag `statement`, at the positions
 /// `columns::at` names ([`super::Queries::claim`]).
 impl<'r> sqlx::FromRow<'r, PgRow> for ClaimedRow {
     fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
@@ -256,6 +259,7 @@ impl<'r> sqlx::FromRow<'r, PgRow> for ClaimedRow {
             capped: row.try_get(at::CAPPED)?,
             held: row.try_get(at::HELD)?,
             keyed: row.try_get(at::KEYED)?,
+            statement: row.try_get(at::STATEMENT)?,
         })
     }
 }

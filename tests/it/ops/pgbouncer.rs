@@ -3,11 +3,13 @@
 //! connects, relays bursts and single rows with `/readyz` at 200 all along and nothing logged
 //! at WARN or above but what the mode explains; in transaction mode it leaves no named
 //! statement and no setting behind on the server connections that applications share, its
-//! wake-up lock dies with it, and `--listen-url` gives it notifications.
+//! wake-up lock dies with it, and `--listen-url` gives it notifications; `--prepared-statements`
+//! given there falls back to unnamed claims before a job goes astray.
 
 use std::collections::BTreeSet;
 
 use super::*;
+use crate::common::batch::{assert_exactly_once, queue_uuids};
 use crate::common::pgbouncer::{PgBouncer, PoolMode};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions as _, Connection as _, Executor as _, Row as _};
@@ -379,4 +381,108 @@ async fn through_transaction_pooling_a_stopped_relay_gives_its_rows_up(pool: PgP
     );
     d.child.start_kill().unwrap();
     let _ = d.child.wait().await;
+}
+
+/// The uuids of `rows` rows inserted into `table` in one transaction.
+async fn insert_uuids(pool: &PgPool, table: &str, rows: i64) -> BTreeSet<String> {
+    let uuids: Vec<uuid::Uuid> = sqlx::query_scalar(&format!(
+        "INSERT INTO {table} (queue, job_type, payload)
+         SELECT 'mixed', 'Bulk', convert_to(i::text, 'UTF8') FROM generate_series(1, $1) AS i
+         RETURNING uuid"
+    ))
+    .bind(rows)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    uuids.iter().map(|u| u.to_string()).collect()
+}
+
+/// `--prepared-statements` given where it must not be: two relays of two tables through one
+/// server connection of PgBouncer 1.18 in transaction mode, where a named statement stays on
+/// the server connection and the next client of the same name runs it. Each relay finds out
+/// by its first claim (a statement of another client, or one missing), says so once and claims
+/// unnamed from then on: each table's jobs reach its own namespace, each once.
+#[sqlx::test]
+async fn prepared_claims_through_transaction_pooling_fall_back_to_unnamed(pool: PgPool) {
+    // Fewer server connections than the two relays' clients: their transactions take turns
+    // on them.
+    let bouncer = PgBouncer::start(PoolMode::Transaction, 4);
+    let db = db_name(&pool).await;
+    sqlx::query("SELECT jobrelay_create_outbox('billing_jobs')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let (ns_a, ns_b) = (Namespace::new(), Namespace::new());
+    let start = |table: &'static str, ns: &Namespace| {
+        Daemon::start(
+            &[
+                "--poll-interval",
+                "100ms",
+                "--workers",
+                "1",
+                "--prepared-statements",
+            ],
+            &[
+                ("DATABASE_URL", &bouncer.url(&db)),
+                ("REDIS_URL", &ns.url),
+                ("JOBRELAY_NAMESPACE", &ns.prefix),
+                ("JOBRELAY_TABLE", table),
+            ],
+        )
+    };
+    let mut a = start("pending_jobs", &ns_a);
+    let mut b = start("billing_jobs", &ns_b);
+    a.wait_ready(Duration::from_secs(15)).await;
+    b.wait_ready(Duration::from_secs(15)).await;
+    let left = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT (SELECT count(*) FROM pending_jobs) + (SELECT count(*) FROM billing_jobs)",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    // Twenty rounds, each drained before the next: claim after claim on whichever server
+    // connection each transaction is given.
+    let (mut want_a, mut want_b) = (BTreeSet::new(), BTreeSet::new());
+    for _ in 0..20 {
+        want_a.extend(insert_uuids(&pool, "pending_jobs", 5).await);
+        want_b.extend(insert_uuids(&pool, "billing_jobs", 5).await);
+        wait_until("both tables drained", Duration::from_secs(30), || async {
+            left().await == 0
+        })
+        .await;
+    }
+    assert_eq!(a.terminate(Duration::from_secs(30)).await, Some(0));
+    assert_eq!(b.terminate(Duration::from_secs(30)).await, Some(0));
+    let got_a: Vec<String> = queue_uuids(&ns_a, "queue:mixed").await;
+    let got_b: Vec<String> = queue_uuids(&ns_b, "queue:mixed").await;
+    assert_exactly_once(&got_a, &want_a);
+    assert_exactly_once(&got_b, &want_b);
+    let fallback = "claims unnamed: --prepared-statements";
+    for (name, d) in [("pending_jobs", &a), ("billing_jobs", &b)] {
+        let said = d
+            .events()
+            .into_iter()
+            .filter(|e| {
+                e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with(fallback))
+            })
+            .count();
+        println!("{name}'s relay fell back to unnamed claims: {}", said == 1);
+        assert!(
+            said <= 1,
+            "{name}'s relay said it {said} times:\n{}",
+            d.logs()
+        );
+        let unexpected = unexpected_warnings(
+            d,
+            &[
+                fallback,
+                "no notification listener: its connection is not a session of its own",
+            ],
+        );
+        assert!(unexpected.is_empty(), "{name}: {unexpected:#?}");
+    }
 }

@@ -48,7 +48,7 @@ async fn relay_on_one_connection(pool: &PgPool, prepared: bool) -> (Vec<String>,
     }
     // Unnamed, this one: it is not among the statements it counts.
     let claims: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE 'WITH slot AS%'",
+        "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '/* named */ WITH slot AS%'",
     )
     .persistent(false)
     .fetch_one(&one)
