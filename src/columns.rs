@@ -44,9 +44,9 @@ pub(crate) const CLAIMED: Range<usize> = at::ID..at::ATTEMPTS + 1;
 /// What the claim returns after the columns of [`CLAIMED`], in this order: whether the claim
 /// moved the row to the dead letters itself (`buried`), whether the byte cap cut the batch
 /// short (`capped`), whether it locked rows it left for their key's earlier rows (`held`), and
-/// whether rows with an ordering key wait at or above where it looked (`keyed`); and the
-/// statement's tag (`statement`, [`crate::relay::Queries::claim_tag`]).
-pub(crate) const CLAIM_FLAGS: [&str; 5] = ["buried", "capped", "held", "keyed", "statement"];
+/// whether rows with an ordering key wait at or above where it looked (`keyed`). A named claim
+/// returns its tag last ([`at::STATEMENT`]).
+pub(crate) const CLAIM_FLAGS: [&str; 4] = ["buried", "capped", "held", "keyed"];
 
 /// Positions in [`COLUMNS`] (and in the claim's `RETURNING` list) that decoding reads, each
 /// found by its column's name when the crate compiles.
@@ -75,8 +75,8 @@ pub(crate) mod at {
     pub(crate) const HELD: usize = CLAIMED.end + position(&CLAIM_FLAGS, "held");
     /// The claim's flag `keyed`, after the columns of [`CLAIMED`].
     pub(crate) const KEYED: usize = CLAIMED.end + position(&CLAIM_FLAGS, "keyed");
-    /// The claim's tag `statement`, after the columns of [`CLAIMED`].
-    pub(crate) const STATEMENT: usize = CLAIMED.end + position(&CLAIM_FLAGS, "statement");
+    /// A named claim's tag `statement`, after the flags ([`crate::relay::Queries::claim_tag`]).
+    pub(crate) const STATEMENT: usize = CLAIMED.end + CLAIM_FLAGS.len();
 }
 
 /// The names of `typed`.

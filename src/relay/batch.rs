@@ -287,7 +287,12 @@ impl<S: JobSink> Batcher<S> {
             .await;
         let not_kept = match &claimed {
             Err(e) if named && prepared::not_kept(e) => Some(e.to_string()),
-            Ok(rows) if named && rows.iter().any(|c| c.statement != self.queries.claim_tag) => {
+            Ok(rows)
+                if named
+                    && rows
+                        .iter()
+                        .any(|c| c.statement != Some(self.queries.claim_tag)) =>
+            {
                 Some(
                     "a claim's rows came from another client's statement of the same name"
                         .to_owned(),

@@ -1,8 +1,8 @@
 //! Which of the three claims a worker runs next (docs/guarantees.md#per-key-order).
 //!
 //! All three take rows in `id` order and keep each key's order; they differ in what they cost
-//! Postgres to plan (every claim is planned anew: an unnamed statement, for PgBouncer) and in
-//! what they take of a key:
+//! Postgres to plan (every claim is planned anew unless `--prepared-statements`: an unnamed
+//! statement, for PgBouncer) and in what they take of a key:
 //!
 //! - [`ClaimKind::Unkeyed`]: rows without an ordering key only, the cheapest to plan. Run while
 //!   the claims see no keyed row at or above where they look.

@@ -64,9 +64,9 @@ pub struct Queries {
     /// dead letter (docs/guarantees.md#per-key-order): the rows behind a key's head wait for
     /// it, not for a relay.
     pub oldest_claimable: String,
-    /// The claims' tag, drawn at random when they are rendered, which every row they return
-    /// carries (`statement`): a row with another tag came from another client's statement of
-    /// the same name ([`super::prepared`]).
+    /// The named claims' tag, drawn at random when they are rendered, which every row they
+    /// return carries last (`statement`): a row with another tag, or none, came from another
+    /// client's statement of the same name ([`super::prepared`]).
     pub claim_tag: i64,
     /// The three claims as named statements (`--prepared-statements`), in the order of
     /// [`ClaimKind::ALL`]: their text differs from the unnamed ones', so that a connection's
@@ -193,7 +193,6 @@ impl Queries {
                          AND id <= (SELECT max(id) FROM candidates) \
                          AND COALESCE(ordering_key, '') <> '') AS keyed"
                     ),
-                    ("statement", _) => format!("{claim_tag}::int8 AS statement"),
                     (other, _) => unreachable!("claim flag {other}"),
                 })
                 .join(", ")
@@ -418,7 +417,13 @@ impl Queries {
                  LIMIT 1"
             ),
             claim_tag,
-            named_claims: ClaimKind::ALL.map(|kind| format!("/* named */ {}", claim(kind))),
+            // The tag last, after the flags: only named claims carry it (a constant per row).
+            named_claims: ClaimKind::ALL.map(|kind| {
+                format!(
+                    "/* named */ {}, {claim_tag}::int8 AS statement",
+                    claim(kind)
+                )
+            }),
         }
     }
 }
@@ -442,19 +447,32 @@ mod tests {
             .flat_map(|n| ClaimKind::ALL.map(|k| (n, k)))
         {
             let queries = Queries::for_needs(&TableName::default(), needs);
-            let claim = queries.claim_for(kind);
-            let returning = &claim[claim.rfind("RETURNING ").unwrap() + "RETURNING ".len()..];
-            let names: Vec<&str> = top_level_items(returning)
-                .into_iter()
-                .map(|item| item.split_whitespace().last().unwrap())
-                .collect();
+            let names = |claim: &str| -> Vec<String> {
+                let returning = &claim[claim.rfind("RETURNING ").unwrap() + "RETURNING ".len()..];
+                top_level_items(returning)
+                    .into_iter()
+                    .map(|item| item.split_whitespace().last().unwrap().to_owned())
+                    .collect()
+            };
+            let unnamed = names(queries.claim_for(kind));
             let mut wanted: Vec<&str> = COLUMNS[CLAIMED].to_vec();
             wanted.extend(CLAIM_FLAGS);
-            assert_eq!(names, wanted, "{needs:?} {kind:?}");
+            assert_eq!(unnamed, wanted, "{needs:?} {kind:?}");
             assert_eq!(
-                (names[at::PAYLOAD], names[at::BURIED], names[at::CAPPED]),
+                (
+                    &*unnamed[at::PAYLOAD],
+                    &*unnamed[at::BURIED],
+                    &*unnamed[at::CAPPED]
+                ),
                 ("payload", "buried", "capped")
             );
+            // The named claim: the same, then its tag.
+            let named = queries.named_claim_for(kind);
+            wanted.push("statement");
+            assert_eq!(names(named), wanted, "named {needs:?} {kind:?}");
+            assert_eq!(names(named)[at::STATEMENT], "statement");
+            let tag = format!("{}::int8 AS statement", queries.claim_tag);
+            assert!(named.ends_with(&tag), "{named}");
         }
     }
 

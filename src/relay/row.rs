@@ -244,12 +244,13 @@ pub(crate) struct ClaimedRow {
     /// Rows with an ordering key wait at or above where the claim looked (the same for every
     /// row).
     pub keyed: bool,
-    /// The tag of the statement that returned the row ([`super::Queries::claim_tag`]).
-    pub statement: i64,
+    /// The tag of the named statement that returned the row ([`super::Queries::claim_tag`]);
+    /// `None` from an unnamed claim, which returns none.
+    pub statement: Option<i64>,
 }
 
-/// The claim's columns: [`PendingRow`]'s, then the flags `buried`, `capped`, `held` and `keyed`
-/// and the tag `statement`, at the positions
+/// The claim's columns: [`PendingRow`]'s, then the flags `buried`, `capped`, `held` and `keyed`,
+/// and a named claim's tag `statement`, at the positions
 /// `columns::at` names ([`super::Queries::claim`]).
 impl<'r> sqlx::FromRow<'r, PgRow> for ClaimedRow {
     fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
@@ -259,7 +260,11 @@ impl<'r> sqlx::FromRow<'r, PgRow> for ClaimedRow {
             capped: row.try_get(at::CAPPED)?,
             held: row.try_get(at::HELD)?,
             keyed: row.try_get(at::KEYED)?,
-            statement: row.try_get(at::STATEMENT)?,
+            statement: if row.len() > at::STATEMENT {
+                row.try_get(at::STATEMENT).ok()
+            } else {
+                None
+            },
         })
     }
 }

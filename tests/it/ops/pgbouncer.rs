@@ -35,6 +35,14 @@ fn unexpected_warnings(d: &Daemon, allowed: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// How many log events' messages start with `prefix`.
+fn said(d: &Daemon, prefix: &str) -> usize {
+    d.events()
+        .into_iter()
+        .filter(|e| e["message"].as_str().is_some_and(|m| m.starts_with(prefix)))
+        .count()
+}
+
 /// Waits until `n` more jobs of `queue` are in Redis, asserting `/readyz` 200 all along.
 async fn relayed_while_ready(d: &Daemon, ns: &Namespace, queue: &str, n: usize, within: Duration) {
     let key = &format!("queue:{queue}");
@@ -271,15 +279,7 @@ async fn relays_through_pgbouncer_in_transaction_mode_and_leaves_nothing_behind(
     let no_listener = "no notification listener: its connection is not a session of its own";
     let unexpected = unexpected_warnings(&d, &[no_listener]);
     assert!(unexpected.is_empty(), "{unexpected:#?}");
-    let said = d
-        .events()
-        .into_iter()
-        .filter(|e| {
-            e["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with(no_listener))
-        })
-        .count();
+    let said = said(&d, no_listener);
     assert_eq!(
         said, 1,
         "the listener says once that it cannot work through transaction pooling"
@@ -461,15 +461,7 @@ async fn prepared_claims_through_transaction_pooling_fall_back_to_unnamed(pool: 
     assert_exactly_once(&got_b, &want_b);
     let fallback = "claims unnamed: --prepared-statements";
     for (name, d) in [("pending_jobs", &a), ("billing_jobs", &b)] {
-        let said = d
-            .events()
-            .into_iter()
-            .filter(|e| {
-                e["message"]
-                    .as_str()
-                    .is_some_and(|m| m.starts_with(fallback))
-            })
-            .count();
+        let said = said(d, fallback);
         println!("{name}'s relay fell back to unnamed claims: {}", said == 1);
         assert!(
             said <= 1,
