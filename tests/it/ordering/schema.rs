@@ -165,3 +165,100 @@ async fn writers_of_one_key_take_turns_and_ids_follow_their_commits(pool: PgPool
     .unwrap();
     assert_eq!(kept, first_id);
 }
+
+/// The tables whose `ordering_key` compares bytewise (`COLLATE "C"`).
+async fn bytewise_keys(pool: &PgPool) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT attrelid::regclass::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+         WHERE attname = 'ordering_key' AND attcollation = 'pg_catalog.\"C\"'::regcollation
+           AND c.relkind = 'r'
+         ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test(migrations = false)]
+async fn migration_10_makes_keys_bytewise_on_outboxes_in_use(pool: PgPool) {
+    migrate_before(&pool, "20261129000010").await;
+    let insert = |table: &str| {
+        format!(
+            "INSERT INTO {table} (queue, job_type, ordering_key) VALUES ('q', 'T', $1) RETURNING id"
+        )
+    };
+    sqlx::query("SELECT jobrelay_create_outbox('billing_jobs')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut before = Vec::new();
+    for table in ["pending_jobs", "billing_jobs"] {
+        let id: i64 = sqlx::query_scalar(&insert(table))
+            .bind("Straße-1")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        before.push(id);
+    }
+    assert_eq!(bytewise_keys(&pool).await, Vec::<String>::new());
+
+    jobrelay::db::MIGRATOR
+        .run(&pool)
+        .await
+        .expect("migration 10 applies");
+
+    let all = [
+        "billing_jobs",
+        "billing_jobs_dead",
+        "pending_jobs",
+        "pending_jobs_dead",
+    ];
+    assert_eq!(bytewise_keys(&pool).await, all);
+    let indexed: Vec<String> = sqlx::query_scalar(
+        "SELECT indrelid::regclass::text FROM pg_index
+         WHERE pg_get_indexdef(indexrelid) LIKE '%(ordering_key, id) WHERE (ordering_key IS NOT NULL)'
+         ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(indexed, all, "each keeps its partial index");
+    let triggered: Vec<String> = sqlx::query_scalar(
+        "SELECT tgrelid::regclass::text FROM pg_trigger
+         WHERE tgfoid = 'jobrelay_order_key'::regproc ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        triggered,
+        ["billing_jobs", "pending_jobs"],
+        "each outbox keeps its trigger"
+    );
+    for (table, old) in ["pending_jobs", "billing_jobs"].into_iter().zip(before) {
+        let key: String = sqlx::query_scalar(&format!("SELECT ordering_key FROM {table}"))
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(
+            key, "Straße-1",
+            "{table}: the row written before keeps its key"
+        );
+        let new: i64 = sqlx::query_scalar(&insert(table))
+            .bind("Straße-1")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert!(new > old, "{table}: {new} after {old}");
+    }
+    // An outbox made afterwards, and its dead letters, compare bytewise too.
+    sqlx::query("SELECT jobrelay_create_outbox('late_jobs')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let late = bytewise_keys(&pool).await;
+    assert!(
+        late.iter().any(|t| t == "late_jobs") && late.iter().any(|t| t == "late_jobs_dead"),
+        "{late:?}"
+    );
+}
