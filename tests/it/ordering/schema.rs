@@ -38,14 +38,7 @@ async fn migration_9_adds_ordering_key_to_outboxes_in_use(pool: PgPool) {
             "pending_jobs_dead"
         ]
     );
-    let indexed: Vec<String> = sqlx::query_scalar(
-        "SELECT indrelid::regclass::text FROM pg_index
-         WHERE pg_get_indexdef(indexrelid) LIKE '%(ordering_key, id) WHERE (ordering_key IS NOT NULL)'
-         ORDER BY 1",
-    )
-    .fetch_all(&pool)
-    .await
-    .unwrap();
+    let indexed = key_indexed(&pool).await;
     assert_eq!(indexed, columns, "each has the partial index");
     let checks: Vec<(String, bool)> = sqlx::query_as(
         "SELECT conrelid::regclass::text, convalidated FROM pg_constraint
@@ -166,6 +159,18 @@ async fn writers_of_one_key_take_turns_and_ids_follow_their_commits(pool: PgPool
     assert_eq!(kept, first_id);
 }
 
+/// The tables with the partial index `(ordering_key, id)`.
+async fn key_indexed(pool: &PgPool) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT indrelid::regclass::text FROM pg_index
+         WHERE pg_get_indexdef(indexrelid) LIKE '%(ordering_key, id) WHERE (ordering_key IS NOT NULL)'
+         ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
 /// The tables whose `ordering_key` compares bytewise (`COLLATE "C"`).
 async fn bytewise_keys(pool: &PgPool) -> Vec<String> {
     sqlx::query_scalar(
@@ -214,14 +219,7 @@ async fn migration_10_makes_keys_bytewise_on_outboxes_in_use(pool: PgPool) {
         "pending_jobs_dead",
     ];
     assert_eq!(bytewise_keys(&pool).await, all);
-    let indexed: Vec<String> = sqlx::query_scalar(
-        "SELECT indrelid::regclass::text FROM pg_index
-         WHERE pg_get_indexdef(indexrelid) LIKE '%(ordering_key, id) WHERE (ordering_key IS NOT NULL)'
-         ORDER BY 1",
-    )
-    .fetch_all(&pool)
-    .await
-    .unwrap();
+    let indexed = key_indexed(&pool).await;
     assert_eq!(indexed, all, "each keeps its partial index");
     let triggered: Vec<String> = sqlx::query_scalar(
         "SELECT tgrelid::regclass::text FROM pg_trigger
