@@ -263,11 +263,7 @@ impl<S: JobSink> Batcher<S> {
         let claiming = Instant::now();
         let kind = self.claim_kind();
         let named = self.prepared.on();
-        let claim = if named {
-            self.queries.named_claim_for(kind)
-        } else {
-            self.queries.claim_for(kind)
-        };
+        let claim = self.queries.claim_for(kind, named);
         let claimed: Result<Vec<ClaimedRow>> = self
             .bounded(
                 "postgres claim",

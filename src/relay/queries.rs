@@ -110,18 +110,15 @@ pub const PLANNER_SETTINGS: [(&str, &str); 3] = [
 pub const CLAIM_SLOT_CLASS: i32 = 0x6A73;
 
 impl Queries {
-    /// The claim statement of `kind`.
-    pub fn claim_for(&self, kind: ClaimKind) -> &str {
-        match kind {
-            ClaimKind::Unkeyed => &self.claim_unkeyed,
-            ClaimKind::Heads => &self.claim_heads,
-            ClaimKind::Runs => &self.claim,
+    /// The claim statement of `kind`; with `named`, its text for a named statement
+    /// ([`super::prepared`]).
+    pub fn claim_for(&self, kind: ClaimKind, named: bool) -> &str {
+        match (kind, named) {
+            (kind, true) => &self.named_claims[kind.to_u8() as usize],
+            (ClaimKind::Unkeyed, false) => &self.claim_unkeyed,
+            (ClaimKind::Heads, false) => &self.claim_heads,
+            (ClaimKind::Runs, false) => &self.claim,
         }
-    }
-
-    /// The claim statement of `kind` to run as a named statement ([`super::prepared`]).
-    pub fn named_claim_for(&self, kind: ClaimKind) -> &str {
-        &self.named_claims[kind.to_u8() as usize]
     }
 
     /// Renders the statements for `table`, for a runner that needs nothing of the claim.
@@ -454,7 +451,7 @@ mod tests {
                     .map(|item| item.split_whitespace().last().unwrap().to_owned())
                     .collect()
             };
-            let unnamed = names(queries.claim_for(kind));
+            let unnamed = names(queries.claim_for(kind, false));
             let mut wanted: Vec<&str> = COLUMNS[CLAIMED].to_vec();
             wanted.extend(CLAIM_FLAGS);
             assert_eq!(unnamed, wanted, "{needs:?} {kind:?}");
@@ -467,7 +464,7 @@ mod tests {
                 ("payload", "buried", "capped")
             );
             // The named claim: the same, then its tag.
-            let named = queries.named_claim_for(kind);
+            let named = queries.claim_for(kind, true);
             wanted.push("statement");
             assert_eq!(names(named), wanted, "named {needs:?} {kind:?}");
             assert_eq!(names(named)[at::STATEMENT], "statement");
