@@ -97,7 +97,7 @@ impl<'a> Call<'a> {
     /// Gives the script each job's ordering key as a number within the call, `0` for none,
     /// space-separated, as its last argument: once a job of a key is refused, the script holds
     /// the key's later jobs of the call (prelude.lua, `read_order_keys`). Called once, after
-    /// the last job, and only when a job has a key.
+    /// the last job, and only when a key has two jobs in the call.
     pub(super) fn order_keys(&mut self, keys: String) {
         match &mut self.form {
             Form::Script(inv) => {

@@ -7,9 +7,11 @@
 //! Jobs with an ordering key keep their key's order (docs/guarantees.md#per-key-order): once
 //! a job of a key is refused before it is sent, or answered refused by an earlier call, every
 //! later job of the key is [`Error::Held`], not sent; within one call the script holds them
-//! (each job's key goes with the call as a number: [`Call::order_keys`]).
+//! (each job's key goes with the call as a number, [`Call::order_keys`], when a key has two
+//! jobs in the call).
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use super::call::Call;
@@ -162,11 +164,18 @@ impl<'a> Chunks<'a> {
         self.key_numbers.push(number);
     }
 
-    /// The chunk, its call given its jobs' key numbers when one has a key.
+    /// The chunk, its call given its jobs' key numbers when a key has two jobs in it. A call
+    /// whose keys are all distinct (thousands of interleaved keys: every job of a call its own
+    /// key) has no job for the script to hold, and the script reads no numbers.
     fn finish(&self, mut chunk: Chunk<'a>) -> Chunk<'a> {
-        if !self.keyed.is_empty() {
-            let numbers: Vec<String> = self.key_numbers.iter().map(usize::to_string).collect();
-            chunk.call.order_keys(numbers.join(" "));
+        let keyed_jobs = self.key_numbers.iter().filter(|&&n| n != 0).count();
+        if keyed_jobs > self.keyed.len() {
+            let mut numbers = String::with_capacity(self.key_numbers.len() * 4);
+            for (i, n) in self.key_numbers.iter().enumerate() {
+                let sep = if i > 0 { " " } else { "" };
+                let _ = write!(numbers, "{sep}{n}");
+            }
+            chunk.call.order_keys(numbers);
         }
         chunk
     }

@@ -117,7 +117,7 @@ local function write_markers(markers, ttl)
   end
 end
 
--- Per-key order (docs/guarantees.md#per-key-order). When a job of the call has an ordering
+-- Per-key order (docs/guarantees.md#per-key-order). When two jobs of the call share an ordering
 -- key, the call's last argument, after the `used` ones the script reads, gives each job in turn
 -- the number of its key within the call ("0": none), space-separated. Once a job of a key is
 -- refused, the key's later jobs in the call are held: answered 'HELD <i>' (i: the refused
