@@ -106,8 +106,9 @@ pub struct Flags {
     /// Rows claimed per transaction [env: JOBRELAY_BATCH_SIZE] [default: 1000]
     #[arg(long, global = true, help_heading = RELAY, value_name = "N")]
     pub batch_size: Option<String>,
-    /// Bytes claimed per transaction and sent per Redis script call (payloads plus ~200 bytes a
-    /// row; a single row may exceed it) [env: JOBRELAY_BATCH_MAX_BYTES] [default: 8MiB]
+    /// Bytes claimed per transaction and sent per Redis script call (payloads, headers and
+    /// options plus ~200 bytes a row; a single row may exceed it) [env: JOBRELAY_BATCH_MAX_BYTES]
+    /// [default: 8MiB]
     #[arg(long, global = true, help_heading = RELAY, value_name = "BYTES")]
     pub batch_max_bytes: Option<String>,
     /// Largest job relayed (marshalled); a larger one is dead-lettered, never fetched whole

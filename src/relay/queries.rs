@@ -5,8 +5,9 @@ use crate::columns::{self, ALL, CLAIMED};
 use crate::sink::ClaimNeeds;
 use crate::table::TableName;
 
-/// What a claimed row is counted as besides its payload, against the batch's byte cap: the
-/// other columns, the keys and route the script call carries for it (an estimate).
+/// What a claimed row is counted as besides its payload, headers and options, against the
+/// batch's byte cap: the other columns, the keys and route the script call carries for it (an
+/// estimate).
 pub const ROW_OVERHEAD_BYTES: i64 = 200;
 
 /// SQL statements for one outbox table.
@@ -20,7 +21,7 @@ pub struct Queries {
     /// relay reads only when the claim came back empty.
     /// Claims and deletes claimable rows with `id >= $6` ([`super::cursor`]) in `id` order,
     /// skipping locked ones: at most `$1`
-    /// rows and, past the first row, at most `$3` bytes (payloads plus
+    /// rows and, past the first row, at most `$3` bytes (payloads, headers and options, plus
     /// [`ROW_OVERHEAD_BYTES`] a row); when `$2` (seconds) is not null, only rows created at
     /// least that long ago, and rows whose `created_at` no age can be taken of (beyond the
     /// range a job can carry: `infinity`, year 10000; the relay dead-letters them). A row whose payload is over `$4` bytes (`--max-job-size`) is moved
@@ -234,11 +235,13 @@ impl Queries {
             // The rows it locks, in `id` order (named `name`, with `ordering_key` where the
             // keyed claim needs it, and `keys`: which rows with a key it may lock).
             let lock = |name: &str, key_column: &str, keys: &str| {
+                let (headers, options) = (json_bytes("headers"), json_bytes("options"));
                 format!(
                     "                 ), {name} AS MATERIALIZED (
                      SELECT ctid, id, {key_column}octet_length(payload) > $4::int8 AS oversize,
                             CASE WHEN octet_length(payload) > $4::int8 THEN 0
-                                 ELSE octet_length(payload) END + {ROW_OVERHEAD_BYTES} AS counted
+                                 ELSE octet_length(payload) END
+                            + {headers} + {options} + {ROW_OVERHEAD_BYTES} AS counted
                      FROM {t}
                      WHERE (SELECT held FROM slot)
                        AND id >= $6::int8
@@ -423,6 +426,16 @@ impl Queries {
             }),
         }
     }
+}
+
+/// What a `jsonb` column of a claimed row weighs against the byte cap: its size as stored,
+/// read from its header without detoasting it (Postgres 13 has no way to read a compressed
+/// value's full size so cheaply). Counting the text the claim returns instead cost 0.2 us a
+/// row on rows holding `{}` (`EXPLAIN ANALYZE` of 1,000-row claims, medians of 40: 1.99
+/// against 1.83 ms; 1.78 ms counting neither). A value Postgres compressed (from about 2 kB)
+/// counts at its compressed size.
+fn json_bytes(column: &str) -> String {
+    format!("pg_column_size({column})")
 }
 
 /// `text` as an SQL string literal (a table name: letters, digits, `_` and `.` only).

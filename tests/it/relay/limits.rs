@@ -2,7 +2,8 @@
 //!
 //! - One script call never carries more than the byte cap (`--batch-max-bytes`), measured on the
 //!   wire by a connection that records every packed command.
-//! - A batch is capped in bytes as well as rows, yet always claims at least one row.
+//! - A batch is capped in bytes as well as rows, yet always claims at least one row; a row's
+//!   headers and options count with its payload.
 //! - A job larger than `--max-job-size` is dead-lettered as permanent with its size in
 //!   `last_error`: by the claim itself when its payload is over the limit, through
 //!   `Error::TooLarge` when only its marshalled form is.
@@ -295,6 +296,45 @@ async fn a_batch_is_capped_in_bytes_but_claims_at_least_one_row(pool: PgPool) {
         uuids,
         "delivered in id order"
     );
+    assert_eq!(dead_count(&pool).await, 0);
+}
+
+#[sqlx::test]
+async fn headers_and_options_count_against_the_byte_cap(pool: PgPool) {
+    let ns = Namespace::new();
+    let cap = 35_000;
+    // One-byte payloads whose headers carry 8,000 characters of hex each: the cap is reached by
+    // the headers, which the claim returns and the relay holds as much as any payload.
+    let uuids: Vec<Uuid> = sqlx::query_scalar(
+        "WITH ins AS (
+             INSERT INTO pending_jobs (queue, job_type, payload, headers)
+             SELECT 'weighty', 'Sized', '\\x00'::bytea,
+                    jsonb_build_object('trace', (SELECT string_agg(md5(n || ':' || i), '')
+                                                 FROM generate_series(1, 250) i))
+             FROM generate_series(1, 12) n ORDER BY n
+             RETURNING id, uuid)
+         SELECT uuid FROM ins ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let sizes: Vec<i64> = sqlx::query_scalar(
+        "SELECT (octet_length(payload) + pg_column_size(headers) + pg_column_size(options))::int8
+         FROM pending_jobs ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(
+        sizes.iter().all(|&s| s > 8_000),
+        "stored uncompressed: {sizes:?}"
+    );
+    let b = batcher(&pool, &ns, 100, cap as usize, 100 * KIB).await;
+
+    let claimed: Vec<u64> = drain(&b).await.iter().map(|r| r.claimed).collect();
+    assert_eq!(claimed, expected_batches(&sizes, cap));
+    assert_eq!(claimed, [4, 4, 4]);
+    assert_eq!(queue_uuids(&ns, "weighty").await, uuids);
     assert_eq!(dead_count(&pool).await, 0);
 }
 
