@@ -111,8 +111,9 @@ pub struct Flags {
     /// [default: 8MiB]
     #[arg(long, global = true, help_heading = RELAY, value_name = "BYTES")]
     pub batch_max_bytes: Option<String>,
-    /// Largest job relayed (marshalled); a larger one is dead-lettered, never fetched whole
-    /// [env: JOBRELAY_MAX_JOB_SIZE] [default: 8MiB]
+    /// Largest job relayed (marshalled); a larger one is dead-lettered (by the claim, never
+    /// fetched whole, when its payload alone is larger) [env: JOBRELAY_MAX_JOB_SIZE]
+    /// [default: 8MiB]
     #[arg(long, global = true, help_heading = RELAY, value_name = "BYTES")]
     pub max_job_size: Option<String>,
     /// Concurrent claim loops [env: JOBRELAY_WORKERS] [default: 2]
