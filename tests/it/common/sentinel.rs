@@ -235,6 +235,34 @@ impl SentinelGroup {
         Some(port)
     }
 
+    /// Whether every Sentinel names `port` as the primary's. A Sentinel that has not yet heard
+    /// of a failover still takes the old primary for the primary: a server restarted empty
+    /// at the old address then looks sane to it, and it makes the promoted replica follow
+    /// that server, whose empty dataset replaces the replica's (`+convert-to-slave`; the likely
+    /// cause of 800 jobs lost once in CI, whose server logs were not kept).
+    pub async fn all_name(&self, port: u16) -> bool {
+        for s in &self.sentinels {
+            let client = self.sentinel_client(s.port);
+            let Ok(Ok(mut con)) = tokio::time::timeout(
+                Duration::from_secs(2),
+                client.get_multiplexed_async_connection(),
+            )
+            .await
+            else {
+                return false;
+            };
+            let named: redis::RedisResult<(String, u16)> = redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(MASTER_NAME)
+                .query_async(&mut con)
+                .await;
+            if !matches!(named, Ok((_, p)) if p == port) {
+                return false;
+            }
+        }
+        true
+    }
+
     /// Index into [`Self::servers`] of the server with `port`.
     pub fn index_of(&self, port: u16) -> usize {
         self.servers

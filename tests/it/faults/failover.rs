@@ -177,8 +177,15 @@ async fn failover_run(pool: &PgPool, kind: Failover, server_args: &[&str]) -> Ru
         started.elapsed() - named_after
     );
     if kind == Failover::Kill {
-        // A supervisor restarts the old primary, empty: the Sentinels make it a replica of
-        // the new one (which, with min-replicas-to-write, then takes writes again).
+        // A supervisor restarts the old primary, empty, once every Sentinel names the new one
+        // (docs/redis.md#sentinel): the Sentinels make it a replica of the new one (which,
+        // with min-replicas-to-write, then takes writes again).
+        wait_until(
+            "every sentinel names the new primary",
+            Duration::from_secs(60),
+            || async move { g.all_name(new).await },
+        )
+        .await;
         let i = group.index_of(old);
         group.servers[i].restart();
     }
