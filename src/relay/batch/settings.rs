@@ -7,7 +7,8 @@ use std::time::Duration;
 pub struct BatchSettings {
     /// Rows claimed per transaction.
     pub batch_size: usize,
-    /// Bytes claimed per transaction (payloads, headers and options, plus an estimate per row), past the first row.
+    /// Bytes claimed per transaction (payloads, headers and options, plus an estimate per
+    /// row), past the first row.
     pub max_batch_bytes: usize,
     /// Largest payload fetched: a row over it is dead-lettered by the claim itself.
     pub max_job_bytes: usize,

@@ -200,17 +200,25 @@ impl SentinelGroup {
         redis_client(&url, self.tls_ca.as_deref()).unwrap()
     }
 
+    /// A connection to the Sentinel at `port`, if it answers within 2 s.
+    async fn sentinel_con(&self, port: u16) -> Option<redis::aio::MultiplexedConnection> {
+        let client = self.sentinel_client(port);
+        tokio::time::timeout(
+            Duration::from_secs(2),
+            client.get_multiplexed_async_connection(),
+        )
+        .await
+        .ok()?
+        .ok()
+    }
+
     /// Asks the first Sentinel that answers.
     pub async fn ask(&self, args: &[&str]) -> redis::RedisResult<redis::Value> {
         let mut last = None;
         for s in &self.sentinels {
-            let client = self.sentinel_client(s.port);
-            let con = tokio::time::timeout(
-                Duration::from_secs(2),
-                client.get_multiplexed_async_connection(),
-            )
-            .await;
-            let Ok(Ok(mut con)) = con else { continue };
+            let Some(mut con) = self.sentinel_con(s.port).await else {
+                continue;
+            };
             let mut cmd = redis::cmd(args[0]);
             for a in &args[1..] {
                 cmd.arg(*a);
@@ -242,13 +250,7 @@ impl SentinelGroup {
     /// cause of 800 jobs lost once in CI, whose server logs were not kept).
     pub async fn all_name(&self, port: u16) -> bool {
         for s in &self.sentinels {
-            let client = self.sentinel_client(s.port);
-            let Ok(Ok(mut con)) = tokio::time::timeout(
-                Duration::from_secs(2),
-                client.get_multiplexed_async_connection(),
-            )
-            .await
-            else {
+            let Some(mut con) = self.sentinel_con(s.port).await else {
                 return false;
             };
             let named: redis::RedisResult<(String, u16)> = redis::cmd("SENTINEL")
