@@ -1,7 +1,7 @@
 //! One relay step: claim a batch, push it, delete what Redis acknowledged, commit.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,7 +9,7 @@ use chrono::Utc;
 use sqlx::{Connection as _, PgConnection, PgPool};
 
 use self::settle::{Failed, Fate};
-use super::claim_kind::{ClaimKind, Seen};
+use super::claim_kind::{self, ClaimKind, Seen};
 use super::cursor::{ClaimCursor, Claimed};
 use super::prepared::{self, PreparedClaims};
 use super::queries::{self, Queries};
@@ -38,6 +38,8 @@ pub struct Batcher<S> {
     /// The claim this worker runs next ([`ClaimKind::next`], as a `u8`): a table whose rows
     /// have no key is claimed with the cheapest statement.
     claim_kind: AtomicU8,
+    /// The follow claim's window ([`claim_kind::follow_window`]).
+    follow_window: AtomicUsize,
     /// Whether claims run as named statements (`--prepared-statements`, [`super::prepared`]).
     prepared: Arc<PreparedClaims>,
 }
@@ -88,6 +90,7 @@ impl<S: JobSink> Batcher<S> {
             cursor: Arc::default(),
             // Nothing seen yet: the claim that takes any row and plans faster than runs.
             claim_kind: AtomicU8::new(ClaimKind::Heads.to_u8()),
+            follow_window: AtomicUsize::new(1),
             prepared: Arc::new(PreparedClaims::new(settings.prepared_statements)),
             settings,
         }
@@ -114,8 +117,20 @@ impl<S: JobSink> Batcher<S> {
 
     /// Starts with the claim `kind` (a new batcher starts with [`ClaimKind::Heads`]).
     pub fn starting_with(self, kind: ClaimKind) -> Self {
-        self.claim_kind.store(kind.to_u8(), Ordering::Relaxed);
+        self.set_claim_kind(kind);
         self
+    }
+
+    /// Runs `kind` next; a follow claim after another claim starts with
+    /// [`claim_kind::first_follow_window`].
+    fn set_claim_kind(&self, kind: ClaimKind) {
+        if kind == ClaimKind::Follow && self.claim_kind() != ClaimKind::Follow {
+            self.follow_window.store(
+                claim_kind::first_follow_window(self.settings.batch_size),
+                Ordering::Relaxed,
+            );
+        }
+        self.claim_kind.store(kind.to_u8(), Ordering::Relaxed);
     }
 
     /// The claim this batcher runs next ([`ClaimKind::next`]).
@@ -264,22 +279,31 @@ impl<S: JobSink> Batcher<S> {
         let kind = self.claim_kind();
         let named = self.prepared.on();
         let claim = self.queries.claim_for(kind, named);
+        // The follow claim looks at a window of rows, not a batch, and takes `$7` more behind
+        // each head.
+        let batch = self.settings.batch_size;
+        let looked_at = match kind {
+            ClaimKind::Follow => self.follow_window.load(Ordering::Relaxed),
+            _ => batch,
+        };
+        // Unnamed (here and below) unless --prepared-statements: a named statement outlives
+        // the transaction on its server connection, which PgBouncer in transaction mode hands
+        // to other clients (docs/cli.md#postgres-connections).
+        let query = sqlx::query_as(claim)
+            .persistent(named)
+            .bind(looked_at as i64)
+            .bind(older_than.map(|d| d.as_secs_f64()))
+            .bind(self.settings.max_batch_bytes as i64)
+            .bind(self.settings.max_job_bytes as i64)
+            .bind(self.settings.claim_slots.unwrap_or(0) as i32)
+            .bind(from);
+        let query = if kind == ClaimKind::Follow {
+            query.bind(claim_kind::followed_per_head(batch, looked_at) as i64)
+        } else {
+            query
+        };
         let claimed: Result<Vec<ClaimedRow>> = self
-            .bounded(
-                "postgres claim",
-                // Unnamed (here and below) unless --prepared-statements: a named statement
-                // outlives the transaction on its server connection, which PgBouncer in
-                // transaction mode hands to other clients (docs/cli.md#postgres-connections).
-                sqlx::query_as(claim)
-                    .persistent(named)
-                    .bind(self.settings.batch_size as i64)
-                    .bind(older_than.map(|d| d.as_secs_f64()))
-                    .bind(self.settings.max_batch_bytes as i64)
-                    .bind(self.settings.max_job_bytes as i64)
-                    .bind(self.settings.claim_slots.unwrap_or(0) as i32)
-                    .bind(from)
-                    .fetch_all(&mut *conn),
-            )
+            .bounded("postgres claim", query.fetch_all(&mut *conn))
             .await;
         let not_kept = match &claimed {
             Err(e) if named && prepared::not_kept(e) => Some(e.to_string()),
@@ -306,24 +330,47 @@ impl<S: JobSink> Batcher<S> {
             }));
         }
         let claimed = claimed?;
-        // The flags `held` and `keyed` are the statement's, the same on every row.
+        // The flags but `buried` are the statement's, the same on every row.
+        let first = claimed.first();
+        // The rows taken within the window the claim looked at: all but those the follow
+        // claim took following their key, above it. Only these move the cursor: the rows in
+        // between, of other keys, are still to be claimed.
+        let window_end = first.and_then(|c| c.window_end).unwrap_or(i64::MAX);
+        let in_window = claimed.iter().filter(|c| c.row.id <= window_end).count();
+        if kind == ClaimKind::Follow && !claimed.is_empty() {
+            self.follow_window.store(
+                claim_kind::follow_window(batch, claimed.len(), in_window),
+                Ordering::Relaxed,
+            );
+        }
         let seen = Seen {
             empty: claimed.is_empty(),
-            keyed: claimed.first().is_some_and(|c| c.keyed),
-            held: claimed.first().is_some_and(|c| c.held),
+            keyed: first.is_some_and(|c| c.keyed),
+            held: first.is_some_and(|c| c.held),
+            runs_beyond: match kind {
+                ClaimKind::Follow => claimed.len() >= 2 * in_window && in_window > 0,
+                _ => first.is_some_and(|c| c.trailing),
+            },
         };
         let mut report = Report {
             claimed: claimed.len() as u64,
-            more: claimed.len() >= self.settings.batch_size || claimed.iter().any(|c| c.capped),
+            // An empty follow claim says only that its window waits: heads looks further, now.
+            more: claimed.len() >= batch
+                || in_window >= looked_at
+                || claimed.iter().any(|c| c.capped)
+                || (kind == ClaimKind::Follow && claimed.is_empty()),
             // Rows a claim locked and left behind their key's head, and keyed rows the unkeyed
             // claim left: looked for again at once (a catch-up).
             passed_over: seen.held || (seen.keyed && kind == ClaimKind::Unkeyed),
-            last_id: claimed.iter().map(|c| c.row.id).max(),
+            last_id: claimed
+                .iter()
+                .map(|c| c.row.id)
+                .filter(|&id| id <= window_end)
+                .max(),
             ..Report::default()
         };
         report.stages.claim = claiming.elapsed();
-        self.claim_kind
-            .store(kind.next(seen).to_u8(), Ordering::Relaxed);
+        self.set_claim_kind(kind.next(seen));
         if claimed.is_empty() {
             if self.settings.claim_slots.is_some() {
                 // Empty table, or no free slot? Only an idle poll pays this round trip.

@@ -28,7 +28,7 @@ pub struct Queries {
     /// to the dead-letter table by the same statement, without its payload ever leaving
     /// Postgres: it comes back with an empty payload and the flag `buried` true. The flag
     /// `capped` says the byte cap cut the batch short (more rows are waiting). The columns
-    /// come first, then the two flags (`columns::CLAIMED`, `columns::CLAIM_FLAGS`). The delete
+    /// come first, then the flags (`columns::CLAIMED`, `columns::CLAIM_FLAGS`). The delete
     /// only becomes visible at commit, which the relay issues after Redis acknowledged the
     /// jobs; until then the rows stay locked, and a rollback brings them back untouched.
     /// A keyed row is taken only at the head of its key, with the run of its key's rows
@@ -39,6 +39,10 @@ pub struct Queries {
     /// ([`ClaimKind::Heads`]); its flag `held` says it locked rows of a key behind the rows
     /// it took.
     pub claim_heads: String,
+    /// [`Queries::claim_heads`] over a window of `$1` rows, each keyed head followed by the
+    /// next `$7` rows of its key as far as they are claimable and free
+    /// ([`ClaimKind::Follow`]); `window_end` is the highest id of the window.
+    pub claim_follow: String,
     /// [`Queries::claim`] for rows without an ordering key only: it leaves keyed rows alone
     /// and plans faster ([`ClaimKind::Unkeyed`]). The flag `keyed` of the three says whether
     /// keyed rows wait from `$6` on (those that take keyed rows look up to the last row they
@@ -69,10 +73,10 @@ pub struct Queries {
     /// return carries last (`statement`): a row with another tag, or none, came from another
     /// client's statement of the same name ([`super::prepared`]).
     pub claim_tag: i64,
-    /// The three claims as named statements (`--prepared-statements`), in the order of
+    /// The four claims as named statements (`--prepared-statements`), in the order of
     /// [`ClaimKind::ALL`]: their text differs from the unnamed ones', so that a connection's
     /// cache of named statements, which sqlx looks in first, never answers for an unnamed claim.
-    named_claims: [String; 3],
+    named_claims: [String; 4],
 }
 
 /// [`PLANNER_SETTINGS`] as `SET LOCAL` statements (a literal, for `concat!`).
@@ -119,6 +123,7 @@ impl Queries {
             (ClaimKind::Unkeyed, false) => &self.claim_unkeyed,
             (ClaimKind::Heads, false) => &self.claim_heads,
             (ClaimKind::Runs, false) => &self.claim,
+            (ClaimKind::Follow, false) => &self.claim_follow,
         }
     }
 
@@ -162,8 +167,10 @@ impl Queries {
         // whether the claim moved the row to the dead letters (its payload over `$4`), and
         // whether the byte cap left locked rows out of this batch.
         // `held`: the claim locked rows it left for their key's earlier rows; `keyed`: rows
-        // with an ordering key wait from `$6` on (which claim a worker runs next:
-        // `ClaimKind::next`). The unkeyed claim asks the partial index of keyed rows: nothing
+        // with an ordering key wait from `$6` on; `trailing` (heads): the key of its last keyed
+        // candidate has rows beyond the candidates (which claim a worker runs next:
+        // `ClaimKind::next`); `window_end` (follow): the last candidate's id, above which its
+        // rows were taken following their key (the cursor moves by the rows below). The unkeyed claim asks the partial index of keyed rows: nothing
         // to read in a table whose rows have no key. The claims that take keyed rows look where
         // their own scan went, from `$6` to the last row they locked, through the primary key:
         // no more rows than the claim read (a keyed row is usually the first); there the key's
@@ -181,6 +188,11 @@ impl Queries {
                         "(SELECT count(*) FROM candidates) > (SELECT count(*) FROM locked) AS held"
                             .to_owned()
                     }
+                    // Rows the follow claim took above its window were not candidates.
+                    ("held", ClaimKind::Follow) => "(SELECT count(*) FROM candidates) > \
+                         (SELECT count(*) FROM locked \
+                          WHERE id <= (SELECT max(id) FROM candidates)) AS held"
+                        .to_owned(),
                     ("held", ClaimKind::Unkeyed) => "false AS held".to_owned(),
                     ("keyed", ClaimKind::Unkeyed) => format!(
                         "EXISTS (SELECT 1 FROM {t} WHERE ordering_key IS NOT NULL \
@@ -191,6 +203,21 @@ impl Queries {
                          AND id <= (SELECT max(id) FROM candidates) \
                          AND COALESCE(ordering_key, '') <> '') AS keyed"
                     ),
+                    // One look into the key's index, for the last keyed candidate: does its key
+                    // go on beyond the candidates (so that following keys would pay)?
+                    ("trailing", ClaimKind::Heads) => format!(
+                        "(SELECT p.id FROM {t} p
+                          WHERE p.ordering_key = (SELECT ordering_key FROM candidates
+                                                  WHERE ordering_key IS NOT NULL
+                                                  ORDER BY id DESC LIMIT 1)
+                            AND p.id > (SELECT max(id) FROM candidates)
+                          ORDER BY p.ordering_key, p.id LIMIT 1) IS NOT NULL AS trailing"
+                    ),
+                    ("trailing", _) => "false AS trailing".to_owned(),
+                    ("window_end", ClaimKind::Follow) => {
+                        "(SELECT max(id) FROM candidates) AS window_end".to_owned()
+                    }
+                    ("window_end", _) => "NULL::int8 AS window_end".to_owned(),
                     (other, _) => unreachable!("claim flag {other}"),
                 })
                 .join(", ")
@@ -231,6 +258,25 @@ impl Queries {
                                                         WHERE x.ordering_key = {alias}.ordering_key)"
             )
         };
+        // What makes a row claimable now, but for where the claim looks and keys: not parked by
+        // a retry's backoff, due for a runner that holds rows until they are, old enough for
+        // the sweep (`$2`), and free of a flow's pending children and heirs.
+        let claimable = format!(
+            "available_at <= now() {due}
+                       AND ($2::float8 IS NULL OR created_at <= now() - $2 * interval '1 second'
+                            OR created_at NOT BETWEEN '0001-01-01 00:00:00+00'
+                                                  AND '9999-12-31 23:59:59.999999+00')
+                       {flows}"
+        );
+        // A locked row's flag `oversize` (payload over `$4`) and what it counts against the
+        // byte cap, `counted`.
+        let sized = format!(
+            "octet_length(payload) > $4::int8 AS oversize,
+                            CASE WHEN octet_length(payload) > $4::int8 THEN 0
+                                 ELSE octet_length(payload) END
+                            + pg_column_size(headers) + pg_column_size(options)
+                            + {ROW_OVERHEAD_BYTES} AS counted"
+        );
         let claim = |kind: ClaimKind| {
             // The rows it locks, in `id` order (named `name`, with `ordering_key` where the
             // keyed claim needs it, and `keys`: which rows with a key it may lock).
@@ -243,20 +289,12 @@ impl Queries {
                 // 1.99 against 1.83 ms; 1.78 ms counting neither).
                 format!(
                     "                 ), {name} AS MATERIALIZED (
-                     SELECT ctid, id, {key_column}octet_length(payload) > $4::int8 AS oversize,
-                            CASE WHEN octet_length(payload) > $4::int8 THEN 0
-                                 ELSE octet_length(payload) END
-                            + pg_column_size(headers) + pg_column_size(options)
-                            + {ROW_OVERHEAD_BYTES} AS counted
+                     SELECT ctid, id, {key_column}{sized}
                      FROM {t}
                      WHERE (SELECT held FROM slot)
                        AND id >= $6::int8
-                       AND available_at <= now() {due}
                        AND {keys}
-                       AND ($2::float8 IS NULL OR created_at <= now() - $2 * interval '1 second'
-                            OR created_at NOT BETWEEN '0001-01-01 00:00:00+00'
-                                                  AND '9999-12-31 23:59:59.999999+00')
-                       {flows}
+                       AND {claimable}
                      ORDER BY id
                      LIMIT $1
                      FOR UPDATE SKIP LOCKED
@@ -285,20 +323,64 @@ impl Queries {
                     "(ordering_key IS NULL OR run_at IS NULL OR run_at <= now())",
                 )
             };
-            let rows = match kind {
-                ClaimKind::Unkeyed => lock("locked", "", "ordering_key IS NULL"),
-                ClaimKind::Heads => {
-                    candidates()
-                        + &format!(
-                            "                 ), locked AS MATERIALIZED (
-                     SELECT ctid, id, oversize, counted FROM candidates c
+            // The candidates a claim of heads takes, as `name` (with `extra` columns): a keyed
+            // one only when no earlier row of its key is pending and no dead letter holds it.
+            let heads = |name: &str, extra: &str| {
+                format!(
+                    "                 ), {name} AS MATERIALIZED (
+                     SELECT ctid, id, oversize, counted{extra} FROM candidates c
                      WHERE c.ordering_key IS NULL
                         OR ((SELECT p.id FROM {t} p
                              WHERE p.ordering_key = c.ordering_key AND p.id < c.id
                              ORDER BY p.ordering_key DESC, p.id DESC LIMIT 1) IS NULL
                             AND NOT ({key_dead}))
 ",
-                            key_dead = key_dead("c")
+                    key_dead = key_dead("c")
+                )
+            };
+            let rows = match kind {
+                ClaimKind::Unkeyed => lock("locked", "", "ordering_key IS NULL"),
+                ClaimKind::Heads => candidates() + &heads("locked", ""),
+                // `Follow` takes the heads among its candidates (a window of `$1` rows, which
+                // the relay keeps small while keys come in runs), then reads each keyed head's
+                // next `$7` rows through the key's index (`next`), locks those that are
+                // claimable, skipping rows another worker holds (`next_locked`, by tuple id),
+                // and takes of each key the rows up to the first it could not lock: a row
+                // another worker holds, backing off, not due, or changed since the statement's
+                // snapshot. Every row before a taken one in its key is taken too, so the key's
+                // order holds as with heads, with one probe per key instead of one per row.
+                // The window's own rows behind a head are followed like the others (locked
+                // again by the same transaction). Rows locked but not taken stay locked,
+                // untouched, until the commit.
+                ClaimKind::Follow => {
+                    candidates()
+                        + &heads("heads", ", ordering_key")
+                        + &format!(
+                            "                 ), next AS MATERIALIZED (
+                     SELECT n.ctid, n.id, h.ordering_key
+                     FROM heads h CROSS JOIN LATERAL (
+                         SELECT p.ctid, p.id FROM {t} p
+                         WHERE p.ordering_key = h.ordering_key AND p.id > h.id
+                         ORDER BY p.ordering_key, p.id
+                         LIMIT $7) n
+                     WHERE h.ordering_key IS NOT NULL
+                 ), next_locked AS MATERIALIZED (
+                     SELECT id, {sized}
+                     FROM {t}
+                     WHERE ctid = ANY(ARRAY(SELECT ctid FROM next))
+                       AND (run_at IS NULL OR run_at <= now())
+                       AND {claimable}
+                     FOR UPDATE SKIP LOCKED
+                 ), followed AS (
+                     SELECT n.ctid, n.id, l.oversize, l.counted,
+                            bool_and(l.id IS NOT NULL)
+                                OVER (PARTITION BY n.ordering_key ORDER BY n.id) AS unbroken
+                     FROM next n LEFT JOIN next_locked l ON l.id = n.id
+                 ), locked AS MATERIALIZED (
+                     SELECT ctid, id, oversize, counted FROM heads
+                     UNION ALL
+                     SELECT ctid, id, oversize, counted FROM followed WHERE unbroken
+"
                         )
                 }
                 ClaimKind::Runs => {
@@ -390,6 +472,7 @@ impl Queries {
             // `ClaimedRow` decodes the RETURNING list by the positions `columns::at` names.
             claim: claim(ClaimKind::Runs),
             claim_heads: claim(ClaimKind::Heads),
+            claim_follow: claim(ClaimKind::Follow),
             claim_unkeyed: claim(ClaimKind::Unkeyed),
             retry: format!(
                 "INSERT INTO {t} ({row_columns}) SELECT {from_unnest} FROM {unnest} \

@@ -58,12 +58,13 @@ pub async fn batcher(
     )
 }
 
-/// Runs batches until one claims nothing; the sum of their reports.
+/// Runs batches until one claims nothing and says no more waits (as a relay's worker goes on
+/// at once after an empty claim that says more may wait); the sum of their reports.
 pub async fn drain<S: JobSink>(b: &Batcher<S>) -> Report {
     let mut total = Report::default();
     loop {
         let r = b.run_once(None).await.expect("batch succeeds");
-        if r.claimed == 0 {
+        if r.claimed == 0 && !r.more {
             return total;
         }
         total.add(&r);

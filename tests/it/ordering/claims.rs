@@ -1,6 +1,7 @@
-//! A worker's three claims (src/relay/claim_kind.rs): rows without a key only, key heads (one
-//! row per key), key runs. Each batch runs the claim the rows before asked for, takes what that
-//! claim may take, and every key stays in order whichever claim took it.
+//! A worker's four claims (src/relay/claim_kind.rs): rows without a key only, key heads (one
+//! row per key), key runs, and key heads followed through their key's index. Each batch runs the
+//! claim the rows before asked for, takes what that claim may take, and every key stays in
+//! order whichever claim took it.
 
 use super::*;
 use crate::common::batch::*;
@@ -16,6 +17,28 @@ async fn row(pool: &PgPool, key: Option<&str>) -> Uuid {
     .fetch_one(pool)
     .await
     .unwrap()
+}
+
+/// Inserts `rounds` rows of each of `keys` keys (`k0`, `k1`, ...), interleaved: one row of
+/// every key, then the next of every key. Returns `(uuid, key)` per row, in id order.
+async fn interleaved(pool: &PgPool, keys: usize, rounds: usize) -> Vec<(Uuid, String)> {
+    let mut rows = Vec::new();
+    for _ in 0..rounds {
+        for k in 0..keys {
+            let key = format!("k{k}");
+            rows.push((row(pool, Some(&key)).await, key));
+        }
+    }
+    rows
+}
+
+/// The uuids in the queue `q`, oldest first.
+async fn queued(ns: &Namespace) -> Vec<Uuid> {
+    ns.list_jobs("queue:q")
+        .await
+        .iter()
+        .map(|j| Uuid::parse_str(&j.uuid).unwrap())
+        .collect()
 }
 
 /// Runs one batch: (claim run, rows claimed, passed over, claim next).
@@ -84,4 +107,138 @@ async fn each_batch_runs_the_claim_the_rows_before_asked_for(pool: PgPool) {
         .map(|j| Uuid::parse_str(&j.uuid).unwrap())
         .collect();
     assert_eq!(got, queued, "every row once, in the order claimed");
+}
+
+#[sqlx::test]
+async fn keys_going_on_beyond_a_batch_are_followed_and_every_row_between_is_claimed(pool: PgPool) {
+    let ns = Namespace::new();
+    let b = batcher(&pool, &ns, TTL, 10).await;
+    // 30 keys of 3 rows, interleaved: a batch of heads holds 10 distinct keys, whose rows go
+    // on 30 and 60 ids later.
+    let written = interleaved(&pool, 30, 3).await;
+    let mut kinds = Vec::new();
+    loop {
+        let (kind, claimed, _, _) = step(&b).await;
+        if claimed == 0 {
+            break;
+        }
+        kinds.push((kind, claimed));
+    }
+    use ClaimKind::*;
+    // Heads first: its keys go on beyond it, so follow, with a window of one row (a batch of
+    // 10 over runs of 20 assumed) followed by its key's two other rows; then a window sized by
+    // the runs seen: 4 heads (10 rows over runs of 3), each followed one row on (a batch of 10
+    // over 4 heads), then 5 heads of 2 rows.
+    assert_eq!(
+        kinds[..4],
+        [(Heads, 10), (Follow, 3), (Follow, 8), (Follow, 10)],
+        "(claim, rows) per batch: {kinds:?}"
+    );
+    assert_eq!(
+        pending_count(&pool).await,
+        0,
+        "the rows between a window and the rows it followed are claimed by the next claims, \
+         not passed by the cursor: {kinds:?}"
+    );
+    // Every key in id order, each row once.
+    let got = queued(&ns).await;
+    assert_eq!(got.len(), written.len());
+    let position: std::collections::HashMap<Uuid, usize> =
+        got.iter().enumerate().map(|(i, u)| (*u, i)).collect();
+    for k in 0..30 {
+        let key = format!("k{k}");
+        let at: Vec<usize> = written
+            .iter()
+            .filter(|(_, w)| *w == key)
+            .map(|(u, _)| position[u])
+            .collect();
+        assert!(
+            at.windows(2).all(|w| w[0] < w[1]),
+            "{key} out of order: {at:?}"
+        );
+    }
+}
+
+#[sqlx::test]
+async fn a_followed_key_stops_at_a_row_another_worker_holds_not_due_or_backing_off(pool: PgPool) {
+    let ns = Namespace::new();
+    // A batch of 100: the first follow claim looks at 5 rows and follows each key 19 rows on.
+    let b = batcher(&pool, &ns, TTL, 100)
+        .await
+        .starting_with(ClaimKind::Follow);
+    // Keys a..e of 4 rows, interleaved: the window is a1..e1.
+    let rows = interleaved(&pool, 5, 4).await;
+    let uuid = |key: usize, n: usize| rows[(n - 1) * 5 + key].0;
+    let (a, bk, c, d, e) = (0, 1, 2, 3, 4);
+    // c2 not yet due, d3 backing off after a refusal.
+    sqlx::query("UPDATE pending_jobs SET run_at = now() + interval '1 hour' WHERE uuid = $1")
+        .bind(uuid(c, 2))
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE pending_jobs SET available_at = now() + interval '1 hour' WHERE uuid = $1")
+        .bind(uuid(d, 3))
+        .execute(&pool)
+        .await
+        .unwrap();
+    // b2 held by another worker's transaction.
+    let mut other = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM pending_jobs WHERE uuid = $1 FOR UPDATE")
+        .bind(uuid(bk, 2))
+        .execute(&mut *other)
+        .await
+        .unwrap();
+
+    let (kind, claimed, passed_over, next) = step(&b).await;
+    assert_eq!(
+        (kind, passed_over, next),
+        (ClaimKind::Follow, false, ClaimKind::Follow)
+    );
+    let taken = [
+        uuid(a, 1),
+        uuid(bk, 1),
+        uuid(c, 1),
+        uuid(d, 1),
+        uuid(e, 1),
+        uuid(a, 2),
+        uuid(d, 2),
+        uuid(e, 2),
+        uuid(a, 3),
+        uuid(e, 3),
+        uuid(a, 4),
+        uuid(e, 4),
+    ];
+    assert_eq!(claimed, taken.len() as u64);
+    assert_eq!(
+        queued(&ns).await,
+        taken,
+        "each key up to the row it could not take"
+    );
+    let mut left: Vec<Uuid> = [
+        (bk, 2),
+        (bk, 3),
+        (bk, 4),
+        (c, 2),
+        (c, 3),
+        (c, 4),
+        (d, 3),
+        (d, 4),
+    ]
+    .map(|(k, n)| uuid(k, n))
+    .to_vec();
+    let mut pending: Vec<Uuid> = sqlx::query_scalar("SELECT uuid FROM pending_jobs")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    left.sort();
+    pending.sort();
+    assert_eq!(pending, left);
+
+    // Released, b goes on in order; c and d wait for their heads.
+    other.rollback().await.unwrap();
+    b.cursor().catch_up_now();
+    drain(&b).await;
+    let got = queued(&ns).await;
+    assert_eq!(got[taken.len()..], [uuid(bk, 2), uuid(bk, 3), uuid(bk, 4)]);
+    assert_eq!(pending_count(&pool).await, 5, "c2.. and d3.. wait");
 }

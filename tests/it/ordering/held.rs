@@ -46,25 +46,23 @@ async fn pending_uuids(pool: &PgPool) -> Vec<Uuid> {
         .unwrap()
 }
 
-/// Drains with a fresh batcher starting with the claim of runs (its first claim starts from
-/// the lowest id), whose claim
-/// dead-letters a payload over 1,000 bytes itself (`--max-job-size`).
-async fn relay(pool: &PgPool, ns: &Namespace) -> Report {
+/// Drains with a fresh batcher starting with the claim `kind` (its first claim starts from the
+/// lowest id), whose claim dead-letters a payload over 1,000 bytes itself (`--max-job-size`).
+async fn relay(pool: &PgPool, ns: &Namespace, kind: ClaimKind) -> Report {
     let settings = Arc::new(BatchSettings {
         max_job_bytes: 1000,
         ..(*settings(10)).clone()
     });
-    // The claim of runs: a key's rows behind a failed head come in the same batch, and the
-    // batch holds them.
+    // A claim of runs or of followed keys: a key's rows behind a failed head come in the same
+    // batch, and the batch holds them.
     drain(
         &Batcher::new(pool.clone(), queries(), settings, redis_sink(ns, TTL).await)
-            .starting_with(ClaimKind::Runs),
+            .starting_with(kind),
     )
     .await
 }
 
-#[sqlx::test]
-async fn a_dead_head_holds_its_key_until_requeued_or_purged(pool: PgPool) {
+async fn a_dead_head_holds_its_key_until_requeued_or_purged(pool: PgPool, kind: ClaimKind) {
     let ns = Namespace::new();
     // The jobrelay layout takes no options: `nope` is unfit, the row is dead-lettered at once.
     let a1 = keyed(&pool, Some("a"), r#"{"nope": 1}"#, None).await;
@@ -86,7 +84,7 @@ async fn a_dead_head_holds_its_key_until_requeued_or_purged(pool: PgPool) {
     .unwrap();
     let f2 = keyed(&pool, Some("f"), "{}", None).await;
 
-    let report = relay(&pool, &ns).await;
+    let report = relay(&pool, &ns, kind).await;
     assert_eq!(report.dead_lettered, 3, "{report}");
     assert_eq!(
         report.held, 4,
@@ -100,7 +98,7 @@ async fn a_dead_head_holds_its_key_until_requeued_or_purged(pool: PgPool) {
     assert_eq!(pending_uuids(&pool).await, [a2.0, a3.0, c2.0, f2.0]);
 
     // Claimed again, they are passed over: their key's head is in the dead letters.
-    let again = relay(&pool, &ns).await;
+    let again = relay(&pool, &ns, kind).await;
     assert_eq!((again.claimed, again.held), (0, 0), "{again}");
     assert_eq!(pending_uuids(&pool).await, [a2.0, a3.0, c2.0, f2.0]);
 
@@ -123,7 +121,7 @@ async fn a_dead_head_holds_its_key_until_requeued_or_purged(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(requeued_id, a1.1, "a requeued keyed row keeps its id");
-    relay(&pool, &ns).await;
+    relay(&pool, &ns, kind).await;
     assert_eq!(
         queued_uuids(&ns).await,
         [b1.0, u.0, b2.0, a1.0, a2.0, a3.0],
@@ -142,18 +140,17 @@ async fn a_dead_head_holds_its_key_until_requeued_or_purged(pool: PgPool) {
     )
     .await;
     assert_eq!(code, 0, "{out}{err}");
-    relay(&pool, &ns).await;
+    relay(&pool, &ns, kind).await;
     assert_eq!(queued_uuids(&ns).await.last(), Some(&c2.0));
     assert_eq!(pending_uuids(&pool).await, [f2.0], "f still held");
 }
 
-#[sqlx::test]
-async fn a_row_not_yet_due_holds_its_key_until_it_is(pool: PgPool) {
+async fn a_row_not_yet_due_holds_its_key_until_it_is(pool: PgPool, kind: ClaimKind) {
     let ns = Namespace::new();
     let d1 = keyed(&pool, Some("d"), "{}", Some(2.0)).await;
     let d2 = keyed(&pool, Some("d"), "{}", None).await;
     let e1 = keyed(&pool, Some("e"), "{}", None).await;
-    let report = relay(&pool, &ns).await;
+    let report = relay(&pool, &ns, kind).await;
     assert_eq!(queued_uuids(&ns).await, [e1.0], "{report}");
     assert_eq!(
         pending_uuids(&pool).await,
@@ -164,7 +161,7 @@ async fn a_row_not_yet_due_holds_its_key_until_it_is(pool: PgPool) {
         "d1 due and relayed with d2 behind it",
         Duration::from_secs(20),
         || async {
-            relay(&pool, &ns).await;
+            relay(&pool, &ns, kind).await;
             pending_count(&pool).await == 0
         },
     )
@@ -173,3 +170,6 @@ async fn a_row_not_yet_due_holds_its_key_until_it_is(pool: PgPool) {
     assert_eq!(queued_uuids(&ns).await, [e1.0, d1.0, d2.0]);
     assert!(ns.scheduled().await.is_empty());
 }
+
+per_claim_of_runs!(a_dead_head_holds_its_key_until_requeued_or_purged);
+per_claim_of_runs!(a_row_not_yet_due_holds_its_key_until_it_is);

@@ -7,6 +7,27 @@
 //! job to the row it came from, and checks every key's ids rise strictly, and that each row's
 //! job is there exactly once.
 
+/// Defines, for a suite `async fn name(pool: PgPool, kind: ClaimKind)`, a module `name` with
+/// one `#[sqlx::test]` per claim that takes a key's rows behind its head in one batch
+/// (`name::runs`, `name::follow`; src/relay/claim_kind.rs).
+macro_rules! per_claim_of_runs {
+    ($suite:ident) => {
+        mod $suite {
+            use super::*;
+
+            #[sqlx::test]
+            async fn runs(pool: PgPool) {
+                super::$suite(pool, ClaimKind::Runs).await
+            }
+
+            #[sqlx::test]
+            async fn follow(pool: PgPool) {
+                super::$suite(pool, ClaimKind::Follow).await
+            }
+        }
+    };
+}
+
 mod claims;
 mod enqueue;
 mod execution;
