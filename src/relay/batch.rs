@@ -1,7 +1,7 @@
 //! One relay step: claim a batch, push it, delete what Redis acknowledged, commit.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,6 +40,8 @@ pub struct Batcher<S> {
     claim_kind: AtomicU8,
     /// The follow claim's window ([`claim_kind::follow_window`]).
     follow_window: AtomicUsize,
+    /// Claims of heads to run before following keys again ([`claim_kind::FOLLOW_PAUSE`]).
+    follow_pause: AtomicU32,
     /// Whether claims run as named statements (`--prepared-statements`, [`super::prepared`]).
     prepared: Arc<PreparedClaims>,
 }
@@ -91,6 +93,7 @@ impl<S: JobSink> Batcher<S> {
             // Nothing seen yet: the claim that takes any row and plans faster than runs.
             claim_kind: AtomicU8::new(ClaimKind::Heads.to_u8()),
             follow_window: AtomicUsize::new(1),
+            follow_pause: AtomicU32::new(0),
             prepared: Arc::new(PreparedClaims::new(settings.prepared_statements)),
             settings,
         }
@@ -370,7 +373,18 @@ impl<S: JobSink> Batcher<S> {
             ..Report::default()
         };
         report.stages.claim = claiming.elapsed();
-        self.set_claim_kind(kind.next(seen));
+        let mut next = kind.next(seen);
+        if kind == ClaimKind::Follow && !seen.empty && !seen.runs_beyond {
+            self.follow_pause
+                .store(claim_kind::FOLLOW_PAUSE, Ordering::Relaxed);
+        } else if next == ClaimKind::Follow && kind != ClaimKind::Follow {
+            let pause = self.follow_pause.load(Ordering::Relaxed);
+            if pause > 0 {
+                self.follow_pause.store(pause - 1, Ordering::Relaxed);
+                next = ClaimKind::Heads;
+            }
+        }
+        self.set_claim_kind(next);
         if claimed.is_empty() {
             if self.settings.claim_slots.is_some() {
                 // Empty table, or no free slot? Only an idle poll pays this round trip.

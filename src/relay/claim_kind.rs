@@ -22,7 +22,8 @@
 //!   with rows behind its head, where heads would probe every row), and while a key's rows
 //!   come in runs; the relay sizes the window from the runs it followed
 //!   ([`follow_window`]). Where keys have one row each it would cost a look more per key than
-//!   heads: it goes back to heads once the runs it follows are shorter than two rows.
+//!   heads: it goes back to heads once the runs it follows are shorter than two rows, for
+//!   [`FOLLOW_PAUSE`] claims at least.
 //!
 //! A claim that comes back empty says nothing of the rows (no row returns the flags): after
 //! `Unkeyed` or `Follow` (whose small window may hold only rows waiting behind their keys'
@@ -120,6 +121,11 @@ pub fn follow_window(batch: usize, taken: usize, in_window: usize) -> usize {
         .div_ceil(taken.max(in_window))
         .clamp(1, batch)
 }
+
+/// After a follow claim whose runs were shorter than two rows, the claims of heads a worker
+/// runs before it follows keys again, whatever they see: keys of one or two rows each would
+/// otherwise bring a small follow claim after every claim of heads.
+pub const FOLLOW_PAUSE: u32 = 16;
 
 /// The window of a worker's first follow claim, for batches of `batch` rows: runs of 20
 /// rows assumed until one is seen.

@@ -245,7 +245,7 @@ impl Queries {
         } else {
             ""
         };
-        // The three claims (`super::claim_kind`) are one statement, but for which rows they
+        // The four claims (`super::claim_kind`) are one statement, but for which rows they
         // lock and which of them they take. Measured with EXPLAIN on a warm connection (medians
         // of 60 alternating runs, three rounds, one keyed row waiting): planned in about 0.5 ms
         // without keys, 0.8 ms taking key heads, 1.4 ms taking key runs.

@@ -242,3 +242,33 @@ async fn a_followed_key_stops_at_a_row_another_worker_holds_not_due_or_backing_o
     assert_eq!(got[taken.len()..], [uuid(bk, 2), uuid(bk, 3), uuid(bk, 4)]);
     assert_eq!(pending_count(&pool).await, 5, "c2.. and d3.. wait");
 }
+
+#[sqlx::test]
+async fn short_runs_send_the_follow_claim_back_to_heads_for_a_while(pool: PgPool) {
+    let ns = Namespace::new();
+    let b = batcher(&pool, &ns, TTL, 10).await;
+    // Ten keys of one row, the last with a second row behind them: a claim of heads sees its
+    // last key go on, the follow claim after it finds a run of one row. Then the same again,
+    // which heads takes without trying follow.
+    for round in 0..2 {
+        for k in 0..10 {
+            row(&pool, Some(&format!("r{round}k{k}"))).await;
+        }
+        row(&pool, Some(&format!("r{round}k9"))).await;
+    }
+    let mut kinds = Vec::new();
+    loop {
+        let (kind, claimed, _, _) = step(&b).await;
+        if claimed == 0 {
+            break;
+        }
+        kinds.push((kind, claimed));
+    }
+    use ClaimKind::*;
+    assert_eq!(
+        kinds,
+        [(Heads, 10), (Follow, 1), (Heads, 10), (Heads, 1)],
+        "(claim, rows) per batch"
+    );
+    assert_eq!(pending_count(&pool).await, 0);
+}
