@@ -44,18 +44,11 @@ pub(crate) const CLAIMED: Range<usize> = at::ID..at::ATTEMPTS + 1;
 /// What the claim returns after the columns of [`CLAIMED`], in this order: whether the claim
 /// moved the row to the dead letters itself (`buried`), whether the byte cap cut the batch
 /// short (`capped`), whether it locked rows it left for their key's earlier rows (`held`),
-/// whether rows with an ordering key wait at or above where it looked (`keyed`), whether the
-/// keys it took have rows beyond the rows it looked at (`trailing`), and the highest id it
-/// looked at in `id` order (`window_end`: the follow claim's rows above it followed their key).
+/// whether rows with an ordering key wait at or above where it looked (`keyed`), and the
+/// highest id it looked at in `id` order (`window_end`: the follow claim's rows above it
+/// followed their key).
 /// A named claim returns its tag last ([`at::STATEMENT`]).
-pub(crate) const CLAIM_FLAGS: [&str; 6] = [
-    "buried",
-    "capped",
-    "held",
-    "keyed",
-    "trailing",
-    "window_end",
-];
+pub(crate) const CLAIM_FLAGS: [&str; 5] = ["buried", "capped", "held", "keyed", "window_end"];
 
 /// Positions in [`COLUMNS`] (and in the claim's `RETURNING` list) that decoding reads, each
 /// found by its column's name when the crate compiles.
@@ -84,8 +77,6 @@ pub(crate) mod at {
     pub(crate) const HELD: usize = CLAIMED.end + position(&CLAIM_FLAGS, "held");
     /// The claim's flag `keyed`, after the columns of [`CLAIMED`].
     pub(crate) const KEYED: usize = CLAIMED.end + position(&CLAIM_FLAGS, "keyed");
-    /// The claim's flag `trailing`, after the columns of [`CLAIMED`].
-    pub(crate) const TRAILING: usize = CLAIMED.end + position(&CLAIM_FLAGS, "trailing");
     /// The claim's `window_end`, after the columns of [`CLAIMED`].
     pub(crate) const WINDOW_END: usize = CLAIMED.end + position(&CLAIM_FLAGS, "window_end");
     /// A named claim's tag `statement`, after the flags ([`crate::relay::Queries::claim_tag`]).
@@ -231,11 +222,10 @@ mod tests {
                 at::CAPPED,
                 at::HELD,
                 at::KEYED,
-                at::TRAILING,
                 at::WINDOW_END,
                 at::STATEMENT
             ),
-            (14, 15, 16, 17, 18, 19, 20)
+            (14, 15, 16, 17, 18, 19)
         );
         assert_eq!(list(JOB_AND_CREATED), format!("{}, created_at", list(JOB)));
     }

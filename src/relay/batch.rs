@@ -352,7 +352,8 @@ impl<S: JobSink> Batcher<S> {
             held: first.is_some_and(|c| c.held),
             runs_beyond: match kind {
                 ClaimKind::Follow => claimed.len() >= 2 * in_window && in_window > 0,
-                _ => first.is_some_and(|c| c.trailing),
+                ClaimKind::Heads => claimed.len() >= batch,
+                ClaimKind::Unkeyed | ClaimKind::Runs => false,
             },
         };
         let mut report = Report {

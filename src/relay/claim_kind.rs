@@ -17,9 +17,9 @@
 //!   its rate).
 //! - [`ClaimKind::Follow`]: key heads among the first rows (a window smaller than a batch),
 //!   and each head's key followed through its index beyond the window, as far as its rows are
-//!   claimable and free: one probe for a key's head, not one per row. Run once a claim of
-//!   heads saw its keys go on beyond it (flag `trailing`: thousands of interleaved keys, each
-//!   with rows behind its head, where heads would probe every row), and while a key's rows
+//!   claimable and free: one probe for a key's head, not one per row. Tried once a claim of
+//!   heads came back full (a batch of distinct keys: thousands of interleaved keys, where
+//!   heads would probe every row; a trickle never fills a batch), and run while a key's rows
 //!   come in runs; the relay sizes the window from the runs it followed
 //!   ([`follow_window`]). Where keys have one row each it would cost a look more per key than
 //!   heads: it goes back to heads once the runs it follows are shorter than two rows, for
@@ -54,8 +54,9 @@ pub struct Seen {
     pub keyed: bool,
     /// The claim locked rows of a key behind the rows it took (flag `held`).
     pub held: bool,
-    /// Heads: the keys it took go on beyond the rows it looked at (flag `trailing`). Follow:
-    /// the runs it followed were two rows long or more, on average.
+    /// Heads: it came back full, a batch of distinct keys' heads, whose keys may go on beyond
+    /// it (follow is tried). Follow: the runs it followed were two rows long or more, on
+    /// average.
     pub runs_beyond: bool,
 }
 

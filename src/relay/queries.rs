@@ -44,7 +44,7 @@ pub struct Queries {
     /// ([`ClaimKind::Follow`]); `window_end` is the highest id of the window.
     pub claim_follow: String,
     /// [`Queries::claim`] for rows without an ordering key only: it leaves keyed rows alone
-    /// and plans faster ([`ClaimKind::Unkeyed`]). The flag `keyed` of the three says whether
+    /// and plans faster ([`ClaimKind::Unkeyed`]). The flag `keyed` of the four says whether
     /// keyed rows wait from `$6` on (those that take keyed rows look up to the last row they
     /// locked); which claim a worker runs: [`ClaimKind::next`].
     pub claim_unkeyed: String,
@@ -167,8 +167,7 @@ impl Queries {
         // whether the claim moved the row to the dead letters (its payload over `$4`), and
         // whether the byte cap left locked rows out of this batch.
         // `held`: the claim locked rows it left for their key's earlier rows; `keyed`: rows
-        // with an ordering key wait from `$6` on; `trailing` (heads): the key of its last keyed
-        // candidate has rows beyond the candidates (which claim a worker runs next:
+        // with an ordering key wait from `$6` on (which claim a worker runs next:
         // `ClaimKind::next`); `window_end` (follow): the last candidate's id, above which its
         // rows were taken following their key (the cursor moves by the rows below). The unkeyed claim asks the partial index of keyed rows: nothing
         // to read in a table whose rows have no key. The claims that take keyed rows look where
@@ -203,17 +202,6 @@ impl Queries {
                          AND id <= (SELECT max(id) FROM candidates) \
                          AND COALESCE(ordering_key, '') <> '') AS keyed"
                     ),
-                    // One look into the key's index, for the last keyed candidate: does its key
-                    // go on beyond the candidates (so that following keys would pay)?
-                    ("trailing", ClaimKind::Heads) => format!(
-                        "(SELECT p.id FROM {t} p
-                          WHERE p.ordering_key = (SELECT ordering_key FROM candidates
-                                                  WHERE ordering_key IS NOT NULL
-                                                  ORDER BY id DESC LIMIT 1)
-                            AND p.id > (SELECT max(id) FROM candidates)
-                          ORDER BY p.ordering_key, p.id LIMIT 1) IS NOT NULL AS trailing"
-                    ),
-                    ("trailing", _) => "false AS trailing".to_owned(),
                     ("window_end", ClaimKind::Follow) => {
                         "(SELECT max(id) FROM candidates) AS window_end".to_owned()
                     }
@@ -246,9 +234,8 @@ impl Queries {
             ""
         };
         // The four claims (`super::claim_kind`) are one statement, but for which rows they
-        // lock and which of them they take. Measured with EXPLAIN on a warm connection (medians
-        // of 60 alternating runs, three rounds, one keyed row waiting): planned in about 0.5 ms
-        // without keys, 0.8 ms taking key heads, 1.4 ms taking key runs.
+        // lock and which of them they take; the smaller plan faster (docs/benchmarks.md,
+        // "Ordering keys").
         // A key with a dead letter holds its rows; the dead letters are probed per key only
         // while they hold a keyed row at all (one look per statement).
         let key_dead = |alias: &str| {

@@ -244,9 +244,6 @@ pub(crate) struct ClaimedRow {
     /// Rows with an ordering key wait at or above where the claim looked (the same for every
     /// row).
     pub keyed: bool,
-    /// The keys the claim took have rows beyond the rows it looked at (the claim of heads
-    /// looks at one of them; the same for every row).
-    pub trailing: bool,
     /// The highest id the claim looked at in `id` order: a row above it was taken following
     /// its key (the follow claim; the same for every row, `None` from the other claims).
     pub window_end: Option<i64>,
@@ -255,8 +252,8 @@ pub(crate) struct ClaimedRow {
     pub statement: Option<i64>,
 }
 
-/// The claim's columns: [`PendingRow`]'s, then the flags `buried`, `capped`, `held`, `keyed`,
-/// `trailing` and `window_end`, and a named claim's tag `statement`, at the positions
+/// The claim's columns: [`PendingRow`]'s, then the flags `buried`, `capped`, `held`, `keyed`
+/// and `window_end`, and a named claim's tag `statement`, at the positions
 /// `columns::at` names ([`super::Queries::claim`]).
 impl<'r> sqlx::FromRow<'r, PgRow> for ClaimedRow {
     fn from_row(row: &'r PgRow) -> sqlx::Result<Self> {
@@ -266,7 +263,6 @@ impl<'r> sqlx::FromRow<'r, PgRow> for ClaimedRow {
             capped: row.try_get(at::CAPPED)?,
             held: row.try_get(at::HELD)?,
             keyed: row.try_get(at::KEYED)?,
-            trailing: row.try_get(at::TRAILING)?,
             window_end: row.try_get(at::WINDOW_END)?,
             statement: if row.len() > at::STATEMENT {
                 row.try_get(at::STATEMENT).ok()
