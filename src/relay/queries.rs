@@ -169,8 +169,9 @@ impl Queries {
         // `held`: the claim locked rows it left for their key's earlier rows; `keyed`: rows
         // with an ordering key wait from `$6` on (which claim a worker runs next:
         // `ClaimKind::next`); `window_end` (follow): the last candidate's id, above which its
-        // rows were taken following their key (the cursor moves by the rows below). The unkeyed claim asks the partial index of keyed rows: nothing
-        // to read in a table whose rows have no key. The claims that take keyed rows look where
+        // rows were taken following their key (the cursor moves by the rows below). The
+        // unkeyed claim asks the partial index of keyed rows: nothing to read in a table whose
+        // rows have no key. The claims that take keyed rows look where
         // their own scan went, from `$6` to the last row they locked, through the primary key:
         // no more rows than the claim read (a keyed row is usually the first); there the key's
         // index would hold the dead entries of every keyed row claimed since the last vacuum.
@@ -338,9 +339,8 @@ impl Queries {
                 // order holds as with heads, with one probe per key instead of one per row.
                 // The window's own rows behind a head are followed like the others (locked
                 // again by the same transaction). A key's rows are told by their head's id, not
-                // their key: sorting 1,000 of them by an integer rather than text took 0.5 ms
-                // less (`EXPLAIN ANALYZE`, 50 heads of 20 rows, medians of 7: 5.3 against
-                // 5.8 ms; 4.7 ms without the test of gaps, which order needs). Rows locked but not taken stay locked,
+                // their key: the test of gaps sorts integers, not text (0.5 us a row less,
+                // docs/benchmarks.md, "Ordering keys"). Rows locked but not taken stay locked,
                 // untouched, until the commit.
                 ClaimKind::Follow => {
                     candidates()

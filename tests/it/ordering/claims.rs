@@ -32,6 +32,20 @@ async fn interleaved(pool: &PgPool, keys: usize, rounds: usize) -> Vec<(Uuid, St
     rows
 }
 
+/// Runs batches until one claims nothing: (claim run, rows claimed) per batch.
+async fn claims_until_empty<S: jobrelay::sink::JobSink>(
+    b: &jobrelay::relay::Batcher<S>,
+) -> Vec<(ClaimKind, u64)> {
+    let mut kinds = Vec::new();
+    loop {
+        let (kind, claimed, _, _) = step(b).await;
+        if claimed == 0 {
+            return kinds;
+        }
+        kinds.push((kind, claimed));
+    }
+}
+
 /// The uuids in the queue `q`, oldest first.
 async fn queued(ns: &Namespace) -> Vec<Uuid> {
     ns.list_jobs("queue:q")
@@ -116,17 +130,10 @@ async fn keys_going_on_beyond_a_batch_are_followed_and_every_row_between_is_clai
     // 30 keys of 3 rows, interleaved: a batch of heads holds 10 distinct keys, whose rows go
     // on 30 and 60 ids later.
     let written = interleaved(&pool, 30, 3).await;
-    let mut kinds = Vec::new();
-    loop {
-        let (kind, claimed, _, _) = step(&b).await;
-        if claimed == 0 {
-            break;
-        }
-        kinds.push((kind, claimed));
-    }
+    let kinds = claims_until_empty(&b).await;
     use ClaimKind::*;
-    // Heads first: its keys go on beyond it, so follow, with a window of one row (a batch of
-    // 10 over runs of 20 assumed) followed by its key's two other rows; then a window sized by
+    // Heads first, a full batch of distinct keys, so follow, with a window of one row (a batch
+    // of 10 over runs of 20 assumed) followed by its key's two other rows; then a window sized by
     // the runs seen: 4 heads (10 rows over runs of 3), each followed one row on (a batch of 10
     // over 4 heads), then 5 heads of 2 rows.
     assert_eq!(
@@ -247,23 +254,16 @@ async fn a_followed_key_stops_at_a_row_another_worker_holds_not_due_or_backing_o
 async fn short_runs_send_the_follow_claim_back_to_heads_for_a_while(pool: PgPool) {
     let ns = Namespace::new();
     let b = batcher(&pool, &ns, TTL, 10).await;
-    // Ten keys of one row, the last with a second row behind them: a claim of heads sees its
-    // last key go on, the follow claim after it finds a run of one row. Then the same again,
-    // which heads takes without trying follow.
+    // Ten keys of one row, the last with a second row behind them: a full claim of heads brings
+    // follow, which finds a run of one row. Then the same again, which heads takes without
+    // trying follow.
     for round in 0..2 {
         for k in 0..10 {
             row(&pool, Some(&format!("r{round}k{k}"))).await;
         }
         row(&pool, Some(&format!("r{round}k9"))).await;
     }
-    let mut kinds = Vec::new();
-    loop {
-        let (kind, claimed, _, _) = step(&b).await;
-        if claimed == 0 {
-            break;
-        }
-        kinds.push((kind, claimed));
-    }
+    let kinds = claims_until_empty(&b).await;
     use ClaimKind::*;
     assert_eq!(
         kinds,
