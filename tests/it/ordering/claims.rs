@@ -46,15 +46,6 @@ async fn claims_until_empty<S: jobrelay::sink::JobSink>(
     }
 }
 
-/// The uuids in the queue `q`, oldest first.
-async fn queued(ns: &Namespace) -> Vec<Uuid> {
-    ns.list_jobs("queue:q")
-        .await
-        .iter()
-        .map(|j| Uuid::parse_str(&j.uuid).unwrap())
-        .collect()
-}
-
 /// Runs one batch: (claim run, rows claimed, passed over, claim next).
 async fn step<S: jobrelay::sink::JobSink>(
     b: &jobrelay::relay::Batcher<S>,
@@ -114,13 +105,11 @@ async fn each_batch_runs_the_claim_the_rows_before_asked_for(pool: PgPool) {
         ],
         "(claim run, rows claimed, passed over, claim next) per batch"
     );
-    let got: Vec<Uuid> = ns
-        .list_jobs("queue:q")
-        .await
-        .iter()
-        .map(|j| Uuid::parse_str(&j.uuid).unwrap())
-        .collect();
-    assert_eq!(got, queued, "every row once, in the order claimed");
+    assert_eq!(
+        queued_uuids(&ns).await,
+        queued,
+        "every row once, in the order claimed"
+    );
 }
 
 #[sqlx::test]
@@ -148,7 +137,7 @@ async fn keys_going_on_beyond_a_batch_are_followed_and_every_row_between_is_clai
          not passed by the cursor: {kinds:?}"
     );
     // Every key in id order, each row once.
-    let got = queued(&ns).await;
+    let got = queued_uuids(&ns).await;
     assert_eq!(got.len(), written.len());
     let position: std::collections::HashMap<Uuid, usize> =
         got.iter().enumerate().map(|(i, u)| (*u, i)).collect();
@@ -217,7 +206,7 @@ async fn a_followed_key_stops_at_a_row_another_worker_holds_not_due_or_backing_o
     ];
     assert_eq!(claimed, taken.len() as u64);
     assert_eq!(
-        queued(&ns).await,
+        queued_uuids(&ns).await,
         taken,
         "each key up to the row it could not take"
     );
@@ -245,7 +234,7 @@ async fn a_followed_key_stops_at_a_row_another_worker_holds_not_due_or_backing_o
     other.rollback().await.unwrap();
     b.cursor().catch_up_now();
     drain(&b).await;
-    let got = queued(&ns).await;
+    let got = queued_uuids(&ns).await;
     assert_eq!(got[taken.len()..], [uuid(bk, 2), uuid(bk, 3), uuid(bk, 4)]);
     assert_eq!(pending_count(&pool).await, 5, "c2.. and d3.. wait");
 }

@@ -30,15 +30,6 @@ async fn keyed(
     .unwrap()
 }
 
-/// The uuids in the queue `q`, oldest first.
-async fn queued_uuids(ns: &Namespace) -> Vec<Uuid> {
-    ns.list_jobs("queue:q")
-        .await
-        .iter()
-        .map(|j| Uuid::parse_str(&j.uuid).unwrap())
-        .collect()
-}
-
 async fn pending_uuids(pool: &PgPool) -> Vec<Uuid> {
     sqlx::query_scalar("SELECT uuid FROM pending_jobs ORDER BY id")
         .fetch_all(pool)

@@ -190,6 +190,15 @@ impl Ledger {
     }
 }
 
+/// The uuids in the queue `q` of `ns`, oldest first.
+pub async fn queued_uuids(ns: &Namespace) -> Vec<Uuid> {
+    ns.list_jobs("queue:q")
+        .await
+        .iter()
+        .map(|j| Uuid::parse_str(&j.uuid).unwrap())
+        .collect()
+}
+
 /// How many jobs `queues` hold, in `layout`. A queue key that holds another type for a moment
 /// (the refusal test's) counts as empty: the callers poll again.
 pub async fn queued(
