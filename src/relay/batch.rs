@@ -358,11 +358,12 @@ impl<S: JobSink> Batcher<S> {
         };
         let mut report = Report {
             claimed: claimed.len() as u64,
-            // An empty follow claim says only that its window waits: heads looks further, now.
+            // After a follow claim, claim again at once: its window is small, and may have held
+            // only rows waiting behind other keys' heads (then heads, over a batch, looks
+            // further). The claim after the last rows comes back empty and says no more.
             more: claimed.len() >= batch
-                || in_window >= looked_at
                 || claimed.iter().any(|c| c.capped)
-                || (kind == ClaimKind::Follow && claimed.is_empty()),
+                || kind == ClaimKind::Follow,
             // Rows a claim locked and left behind their key's head, and keyed rows the unkeyed
             // claim left: looked for again at once (a catch-up).
             passed_over: seen.held || (seen.keyed && kind == ClaimKind::Unkeyed),

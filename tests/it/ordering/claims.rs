@@ -261,3 +261,29 @@ async fn short_runs_send_the_follow_claim_back_to_heads_for_a_while(pool: PgPool
     );
     assert_eq!(pending_count(&pool).await, 0);
 }
+
+#[sqlx::test]
+async fn a_follow_claim_that_left_rows_of_its_window_asks_for_the_next_claim_at_once(pool: PgPool) {
+    let ns = Namespace::new();
+    // A batch of 40: the follow claim looks at 2 rows.
+    let b = batcher(&pool, &ns, TTL, 40)
+        .await
+        .starting_with(ClaimKind::Follow);
+    let x1 = row(&pool, Some("x")).await;
+    row(&pool, Some("x")).await;
+    let y1 = row(&pool, Some("y")).await;
+    let y2 = row(&pool, Some("y")).await;
+    // x1 held by another worker: the window is x2, behind it, and y1.
+    let mut other = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM pending_jobs WHERE uuid = $1 FOR UPDATE")
+        .bind(x1)
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let r = b.run_once(None).await.expect("batch succeeds");
+    assert_eq!(queued_uuids(&ns).await, [y1, y2], "{r}");
+    // Without `more`, a relay's worker would wait for a notification or its poll interval
+    // with the rest of its backlog behind the window.
+    assert!(r.more && r.passed_over, "{r:?}");
+    other.rollback().await.unwrap();
+}
