@@ -9,7 +9,7 @@
 //! - [`ClaimKind::Heads`]: any row, but a keyed row only at the head of its key: one row per
 //!   key, each tested with one probe of the key's index. Planned in about half the time
 //!   `Runs` takes more than `Unkeyed`, and cheaper to run when the keys of a batch are
-//!   distinct: a trickle of keyed rows, or thousands of interleaved keys.
+//!   distinct and end there: a trickle of keyed rows, or thousands of keys of a row each.
 //! - [`ClaimKind::Runs`]: any row, and a key's run of rows from its head in one claim (a hot
 //!   key's thousand rows go in one script call). Run once a claim left rows of a key behind
 //!   its head, and then while the claims see keyed rows: going back to heads between two
