@@ -40,7 +40,7 @@ pub struct Batcher<S> {
     claim_kind: AtomicU8,
     /// The follow claim's window ([`claim_kind::follow_window`]).
     follow_window: AtomicUsize,
-    /// Claims of heads to run before following keys again ([`claim_kind::FOLLOW_PAUSE`]).
+    /// Claims of heads to run before following keys again ([`ClaimKind::next_paused`]).
     follow_pause: AtomicU32,
     /// Whether claims run as named statements (`--prepared-statements`, [`super::prepared`]).
     prepared: Arc<PreparedClaims>,
@@ -375,17 +375,8 @@ impl<S: JobSink> Batcher<S> {
             ..Report::default()
         };
         report.stages.claim = claiming.elapsed();
-        let mut next = kind.next(seen);
-        if kind == ClaimKind::Follow && !seen.empty && !seen.runs_beyond {
-            self.follow_pause
-                .store(claim_kind::FOLLOW_PAUSE, Ordering::Relaxed);
-        } else if next == ClaimKind::Follow && kind != ClaimKind::Follow {
-            let pause = self.follow_pause.load(Ordering::Relaxed);
-            if pause > 0 {
-                self.follow_pause.store(pause - 1, Ordering::Relaxed);
-                next = ClaimKind::Heads;
-            }
-        }
+        let (next, pause) = kind.next_paused(seen, self.follow_pause.load(Ordering::Relaxed));
+        self.follow_pause.store(pause, Ordering::Relaxed);
         self.set_claim_kind(next);
         if claimed.is_empty() {
             if self.settings.claim_slots.is_some() {

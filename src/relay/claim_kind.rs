@@ -93,6 +93,21 @@ impl ClaimKind {
         }
     }
 
+    /// The claim to run after this one saw `seen`, and the follow pause after it, `pause`
+    /// being the pause before: [`ClaimKind::next`], but that a follow claim whose runs were
+    /// shorter than two rows pauses follow for [`FOLLOW_PAUSE`] claims, during which a claim
+    /// that would bring follow brings heads and counts one down.
+    pub fn next_paused(self, seen: Seen, pause: u32) -> (ClaimKind, u32) {
+        let next = self.next(seen);
+        if self == ClaimKind::Follow && !seen.empty && !seen.runs_beyond {
+            (next, FOLLOW_PAUSE)
+        } else if next == ClaimKind::Follow && self != ClaimKind::Follow && pause > 0 {
+            (ClaimKind::Heads, pause - 1)
+        } else {
+            (next, pause)
+        }
+    }
+
     /// As a `u8`, for an atomic.
     pub(crate) fn to_u8(self) -> u8 {
         self as u8

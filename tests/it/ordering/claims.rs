@@ -32,6 +32,18 @@ async fn interleaved(pool: &PgPool, keys: usize, rounds: usize) -> Vec<(Uuid, St
     rows
 }
 
+/// Holds the row `uuid` locked in a transaction of its own, as another worker's claim would,
+/// until the transaction ends.
+async fn hold(pool: &PgPool, uuid: Uuid) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut other = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM pending_jobs WHERE uuid = $1 FOR UPDATE")
+        .bind(uuid)
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    other
+}
+
 /// Runs batches until one claims nothing: (claim run, rows claimed) per batch.
 async fn claims_until_empty<S: jobrelay::sink::JobSink>(
     b: &jobrelay::relay::Batcher<S>,
@@ -178,12 +190,7 @@ async fn a_followed_key_stops_at_a_row_another_worker_holds_not_due_or_backing_o
         .await
         .unwrap();
     // b2 held by another worker's transaction.
-    let mut other = pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM pending_jobs WHERE uuid = $1 FOR UPDATE")
-        .bind(uuid(bk, 2))
-        .execute(&mut *other)
-        .await
-        .unwrap();
+    let other = hold(&pool, uuid(bk, 2)).await;
 
     let (kind, claimed, passed_over, next) = step(&b).await;
     assert_eq!(
@@ -274,12 +281,7 @@ async fn a_follow_claim_that_left_rows_of_its_window_asks_for_the_next_claim_at_
     let y1 = row(&pool, Some("y")).await;
     let y2 = row(&pool, Some("y")).await;
     // x1 held by another worker: the window is x2, behind it, and y1.
-    let mut other = pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM pending_jobs WHERE uuid = $1 FOR UPDATE")
-        .bind(x1)
-        .execute(&mut *other)
-        .await
-        .unwrap();
+    let other = hold(&pool, x1).await;
     let r = b.run_once(None).await.expect("batch succeeds");
     assert_eq!(queued_uuids(&ns).await, [y1, y2], "{r}");
     // Without `more`, a relay's worker would wait for a notification or its poll interval
