@@ -32,7 +32,10 @@ class Worker:
     def runs(self) -> list[dict[str, Any]]:
         if not self.runs_file.exists():
             return []
-        return [json.loads(line) for line in self.runs_file.read_text().splitlines() if line]
+        # A run being appended may be read half-written (a read is not atomic against another
+        # process's write): only lines that end in a newline are whole.
+        whole = self.runs_file.read_text().rpartition("\n")[0]
+        return [json.loads(line) for line in whole.split("\n") if line]
 
     def runs_of(self, job_id: str) -> list[dict[str, Any]]:
         return [run for run in self.runs() if run["id"] == job_id]
