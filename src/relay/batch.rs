@@ -10,7 +10,7 @@ use sqlx::{Connection as _, PgConnection, PgPool};
 
 use self::settle::{Failed, Fate};
 use super::claim_kind::{self, ClaimKind, Seen};
-use super::cursor::{ClaimCursor, Claimed};
+use super::cursor::{ClaimCursor, Claimed, Turn};
 use super::prepared::{self, PreparedClaims};
 use super::queries::{self, Queries};
 use super::row::{ClaimedRow, PendingRow, RowMeta, SharedOptions};
@@ -159,7 +159,7 @@ impl<S: JobSink> Batcher<S> {
         .await?;
         let turn = self.cursor.start();
         let result = self
-            .in_transaction(&mut conn, older_than, turn.from, started)
+            .in_transaction(&mut conn, older_than, &turn, started)
             .await;
         if let Ok(report) = &result {
             turn.finish(Claimed {
@@ -195,7 +195,7 @@ impl<S: JobSink> Batcher<S> {
         &self,
         conn: &mut PgConnection,
         older_than: Option<Duration>,
-        from: i64,
+        turn: &Turn<'_>,
         started: Instant,
     ) -> Result<Report> {
         // BEGIN with the relay's settings for this transaction only (works through PgBouncer
@@ -213,7 +213,7 @@ impl<S: JobSink> Batcher<S> {
             .bounded("postgres begin", conn.begin_with(begin))
             .await?;
         let begun = started.elapsed();
-        let step = self.claim_push_settle(&mut tx, older_than, from).await?;
+        let step = self.claim_push_settle(&mut tx, older_than, turn).await?;
         let mut report = step.report;
         report.stages.begin = begun;
         if let Some(e) = step.hand_back_failed {
@@ -276,7 +276,7 @@ impl<S: JobSink> Batcher<S> {
         &self,
         conn: &mut PgConnection,
         older_than: Option<Duration>,
-        from: i64,
+        turn: &Turn<'_>,
     ) -> Result<Step> {
         let claiming = Instant::now();
         let kind = self.claim_kind();
@@ -299,7 +299,7 @@ impl<S: JobSink> Batcher<S> {
             .bind(self.settings.max_batch_bytes as i64)
             .bind(self.settings.max_job_bytes as i64)
             .bind(self.settings.claim_slots.unwrap_or(0) as i32)
-            .bind(from);
+            .bind(turn.from);
         let query = if kind == ClaimKind::Follow {
             query.bind(claim_kind::followed_per_head(batch, looked_at) as i64)
         } else {
@@ -333,6 +333,10 @@ impl<S: JobSink> Batcher<S> {
             }));
         }
         let claimed = claimed?;
+        let ids = claimed.iter().map(|c| c.row.id);
+        if let (Some(lo), Some(hi)) = (ids.clone().min(), ids.max()) {
+            turn.holds(lo, hi);
+        }
         // The flags but `buried` are the statement's, the same on every row.
         let first = claimed.first();
         // The rows taken within the window the claim looked at: all but those the follow

@@ -68,6 +68,11 @@ struct State {
     catching_up: bool,
     /// When the next catch-up is due.
     next_catch_up: Instant,
+    /// The id ranges of the rows each unfinished turn's claim holds, by turn:
+    /// [`Turn::holds`], [`ClaimCursor::held`].
+    held: Vec<(u64, i64, i64)>,
+    /// The number of the next turn.
+    turns: u64,
 }
 
 impl Default for ClaimCursor {
@@ -80,6 +85,8 @@ impl Default for ClaimCursor {
                 catch_up_from: None,
                 catching_up: false,
                 next_catch_up: Instant::now(),
+                held: Vec::new(),
+                turns: 0,
             }),
         }
     }
@@ -90,6 +97,8 @@ impl Default for ClaimCursor {
 #[derive(Debug)]
 pub struct Turn<'a> {
     cursor: &'a ClaimCursor,
+    /// Its number, for [`Turn::holds`].
+    number: u64,
     started: Instant,
     /// The claim takes ids `>= from`.
     pub from: i64,
@@ -126,6 +135,8 @@ impl ClaimCursor {
     pub fn start(&self) -> Turn<'_> {
         let now = Instant::now();
         let mut s = self.lock();
+        s.turns += 1;
+        let number = s.turns;
         let newest = s.recent.back().map(|&(_, id)| id);
         while let Some(&(at, id)) = s.recent.front() {
             let far = newest.is_some_and(|n| n.saturating_sub(id) >= TRAIL_IDS);
@@ -140,6 +151,7 @@ impl ClaimCursor {
             let from = s.catch_up_from.unwrap_or(BOTTOM);
             return Turn {
                 cursor: self,
+                number,
                 started: now,
                 from,
                 catch_up: true,
@@ -148,6 +160,7 @@ impl ClaimCursor {
         let from = s.mark.map_or(BOTTOM, |m| m.saturating_add(1));
         Turn {
             cursor: self,
+            number,
             started: now,
             from,
             catch_up: false,
@@ -159,6 +172,16 @@ impl ClaimCursor {
         self.lock().mark
     }
 
+    /// The id ranges of the rows the relay's claims hold until their batches end: the wake-up
+    /// lock's poll looks past them ([`Turn::holds`]).
+    pub fn held(&self) -> Vec<(i64, i64)> {
+        self.lock()
+            .held
+            .iter()
+            .map(|&(_, lo, hi)| (lo, hi))
+            .collect()
+    }
+
     /// Makes the next claim a catch-up.
     pub fn catch_up_now(&self) {
         self.lock().next_catch_up = Instant::now();
@@ -166,10 +189,24 @@ impl ClaimCursor {
 }
 
 impl Turn<'_> {
+    /// The claim locked rows with ids from `lo` to `hi`, which stay locked (and, to any
+    /// other snapshot, pending) until the batch ends: [`ClaimCursor::held`] until the turn is
+    /// finished or dropped. The wake-up lock's poll looks past them: rows a batch of this
+    /// relay is pushing are no reason to wake another worker, whose claim would skip them
+    /// (each wake-up a claim parsed and planned for nothing, every millisecond of a steady
+    /// stream). A row that commits within the range meanwhile, out of id order, is found by
+    /// the next claim: the poll's after the batch, or one woken by a row above it.
+    pub fn holds(&self, lo: i64, hi: i64) {
+        let mut s = self.cursor.lock();
+        s.held.retain(|&(n, _, _)| n != self.number);
+        s.held.push((self.number, lo, hi));
+    }
+
     /// Records what the claim took (after its transaction committed).
     pub fn finish(self, claimed: Claimed) {
         let now = Instant::now();
         let mut s = self.cursor.lock();
+        s.held.retain(|&(n, _, _)| n != self.number);
         if let Some(last) = claimed.last_id {
             s.recent.push_back((self.started, last));
         }
@@ -203,9 +240,11 @@ impl Turn<'_> {
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
+        let mut s = self.cursor.lock();
+        s.held.retain(|&(n, _, _)| n != self.number);
         if self.catch_up {
             // The claim failed: the catch-up is still due, from where it was.
-            self.cursor.lock().catching_up = false;
+            s.catching_up = false;
         }
     }
 }
@@ -257,6 +296,23 @@ mod tests {
         assert_eq!(other.from, 201);
         drop(other);
         t.finish(took(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_rows_a_turn_holds_are_held_until_it_ends() {
+        let c = ClaimCursor::default();
+        let (a, b) = (c.start(), c.start());
+        a.holds(10, 20);
+        b.holds(30, 40);
+        assert_eq!(c.held(), vec![(10, 20), (30, 40)]);
+        a.finish(Claimed {
+            last_id: Some(20),
+            ..took(1)
+        });
+        assert_eq!(c.held(), vec![(30, 40)]);
+        // A failed batch's turn is dropped.
+        drop(b);
+        assert_eq!(c.held(), vec![]);
     }
 
     #[tokio::test(start_paused = true)]

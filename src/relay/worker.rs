@@ -15,7 +15,8 @@ use crate::sink::JobSink;
 use crate::telemetry::redact;
 
 /// Repeats batches until `shutdown`: a full batch (`batch_size` rows, or stopped at the byte
-/// cap) loops at once; otherwise the worker waits for a wake-up or `poll_interval`. A transient failure backs off (100 ms doubling to 30 s, with
+/// cap) loops at once; otherwise the worker waits for a wake-up (which one waiting worker
+/// takes, [`Activity::take_wake`]) or `poll_interval`. A transient failure backs off (100 ms doubling to 30 s, with
 /// jitter), cut short when [`Health`] sees a dependency recover. While the fleet's claim slots
 /// are all taken, the relay's workers wait at `slots` (one of them asks; a worker whose full
 /// batch held a slot keeps its turn). The batch in hand
@@ -132,6 +133,9 @@ pub(crate) async fn work<S: JobSink>(
                             _ = shutdown.cancelled() => break 'work,
                             _ = tokio::time::sleep(idle_wait) => {}
                         }
+                    } else if !activity.take_wake(*wake.borrow_and_update()) {
+                        // Another worker took this wake-up.
+                        continue;
                     }
                 }
             }

@@ -337,6 +337,32 @@ async fn rollbacks(pool: &PgPool) -> i64 {
     .unwrap()
 }
 
+/// Stops `relay` (of database `db`) and, once every backend of it has exited and reported its
+/// transactions, returns the database's rollbacks since `before`: the relay's empty claims.
+async fn stop_and_count_looks(pool: &PgPool, db: &str, mut relay: RelayChild, before: i64) -> i64 {
+    relay.signal("TERM");
+    assert_eq!(relay.wait(Duration::from_secs(30)).await, Some(0));
+    let db_name = db.rsplit('/').next().unwrap().to_owned();
+    let db_name = &db_name;
+    wait_until(
+        "the relay's sessions end",
+        Duration::from_secs(10),
+        || async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = $1 AND application_name = 'jobrelay'",
+            )
+            .bind(db_name)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+                == 0
+        },
+    )
+    .await;
+    rollbacks(pool).await - before
+}
+
 /// An idle relay looks for rows once per `--poll-interval`, not once per worker: each look is
 /// a claim's transaction (rolled back when it finds nothing), and 24 idle sidecars of 2
 /// workers spent most of their Postgres CPU on them. Counted as the database's rollbacks over
@@ -347,7 +373,7 @@ async fn an_idle_relay_polls_once_per_interval_not_once_per_worker(pool: PgPool)
     let db = database_url_of(&pool).await;
     let before = rollbacks(&pool).await;
     let started = std::time::Instant::now();
-    let mut relay = RelayChild::start(
+    let relay = RelayChild::start(
         &db,
         &ns.url,
         &ns.prefix,
@@ -363,29 +389,8 @@ async fn an_idle_relay_polls_once_per_interval_not_once_per_worker(pool: PgPool)
         "an idle relay's window, 15 poll intervals",
     )
     .await;
-    relay.signal("TERM");
-    assert_eq!(relay.wait(Duration::from_secs(30)).await, Some(0));
+    let looks = stop_and_count_looks(&pool, &db, relay, before).await;
     let intervals = (started.elapsed().as_secs_f64() / 0.2).ceil() as i64;
-    // Every backend of the relay has exited, and reported its transactions.
-    let (p, db_name) = (&pool, db.rsplit('/').next().unwrap().to_owned());
-    let db_name = &db_name;
-    wait_until(
-        "the relay's sessions end",
-        Duration::from_secs(10),
-        || async move {
-            sqlx::query_scalar::<_, i64>(
-                "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = $1 AND pid <> pg_backend_pid()",
-            )
-            .bind(db_name)
-            .fetch_one(p)
-            .await
-            .unwrap()
-                == 0
-        },
-    )
-    .await;
-    let looks = rollbacks(&pool).await - before;
     // One look per interval, plus each worker's first claim and one at each wake-up of the
     // listener (its start): at most twice the intervals and a few. One per worker and
     // interval would be four times the intervals.
@@ -397,4 +402,157 @@ async fn an_idle_relay_polls_once_per_interval_not_once_per_worker(pool: PgPool)
         looks >= intervals / 2,
         "{looks} looks over {intervals} intervals: polls stopped"
     );
+}
+
+/// A wake-up sends one of a relay's waiting workers to claim, not all of them: one claim looks
+/// at every claimable row, and each other worker's claim (a transaction, a statement parsed and
+/// planned) would find them locked and roll back. Without the wake-up lock (too few
+/// connections for it), each row's NOTIFY is one wake-up: 20 rows relayed one at a time by a
+/// relay of 4 workers made 86 rollbacks when every worker woke, 12 with one (the workers'
+/// first claims, the probe's and the backlog gauges' transactions).
+#[sqlx::test]
+async fn a_wake_up_sends_one_worker_to_claim(pool: PgPool) {
+    let ns = Namespace::new();
+    let db = database_url_of(&pool).await;
+    let before = rollbacks(&pool).await;
+    let started = std::time::Instant::now();
+    let relay = RelayChild::start(
+        &db,
+        &ns.url,
+        &ns.prefix,
+        &[
+            "--workers",
+            "4",
+            "--poll-interval",
+            "30s",
+            // The workers, the probe and the listener: no wake-up lock.
+            "--pg-max-connections",
+            "6",
+        ],
+    );
+    wait_until("the relay listens", Duration::from_secs(20), || async {
+        listening_relays(&pool).await == 1
+    })
+    .await;
+    let rows = 20;
+    for i in 0..rows {
+        insert_rows(&pool, 1, "billing").await;
+        wait_until(
+            &format!("row {i} relayed"),
+            Duration::from_secs(5),
+            || async { ns.llen("queue:billing").await == i + 1 },
+        )
+        .await;
+    }
+    assert!(!lock_held(&pool).await, "the relay took the wake-up lock");
+    let looks = stop_and_count_looks(&pool, &db, relay, before).await;
+    let seconds = started.elapsed().as_secs() as i64;
+    // Each worker's first claim, one at each wake-up of the listener (its start and its
+    // checks), the probe's transaction every second and the backlog gauges' every 5: a few
+    // and two a second, and less than two a row (every worker woken: three a row at least).
+    assert!(
+        looks <= 6 + 2 * seconds + 2 * rows as i64,
+        "{looks} rollbacks in {seconds} s for {rows} rows, each woken by its NOTIFY, \
+         by a relay of 4 workers"
+    );
+}
+
+/// The awake poll looks past the rows the relay's own batches hold until they end: another
+/// worker woken for them would find them locked (a claim for nothing, every millisecond of a
+/// steady stream while a batch pushes). Once the batch ends, rows still there wake a worker.
+#[sqlx::test]
+async fn the_awake_poll_looks_past_the_rows_a_batch_holds(pool: PgPool) {
+    use jobrelay::relay::cursor::ClaimCursor;
+    use jobrelay::relay::wakeup::lock::{Activity, Next, WakeupLock, AWAKE_POLL};
+    use std::sync::Arc;
+    insert_rows(&pool, 2, "held").await;
+    let (lo, hi): (i64, i64) = sqlx::query_as("SELECT min(id), max(id) FROM pending_jobs")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let cursor = Arc::new(ClaimCursor::default());
+    let activity = Arc::new(Activity::default());
+    let (wake, mut woken) = tokio::sync::watch::channel(0u64);
+    let mut lock = WakeupLock::new(pool.clone(), &Default::default(), activity.clone(), wake)
+        .with_cursor(cursor.clone());
+    let stop = tokio_util::sync::CancellationToken::new();
+    activity.mark();
+    let _waiting = activity.waiting();
+
+    // A batch of this relay holds both rows.
+    let turn = cursor.start();
+    turn.holds(lo, hi);
+    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
+    assert!(lock.held(), "taken while awake");
+    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
+    assert!(
+        !woken.has_changed().unwrap(),
+        "rows a batch of the relay holds wake nobody"
+    );
+    insert_rows(&pool, 1, "above").await;
+    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
+    assert!(
+        woken.has_changed().unwrap(),
+        "a row beyond them wakes a worker"
+    );
+    woken.borrow_and_update();
+    sqlx::query("DELETE FROM pending_jobs WHERE id > $1")
+        .bind(hi)
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
+    assert!(!woken.has_changed().unwrap(), "still held");
+    // The batch ended (here: failed) with its rows still pending.
+    drop(turn);
+    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
+    assert!(
+        woken.has_changed().unwrap(),
+        "rows left when the batch ended wake a worker"
+    );
+    lock.close().await;
+}
+
+/// A sink that notes which rows the relay's cursor says its batches hold, while it pushes.
+struct NotingHeld {
+    inner: jobrelay::broker::redis_sink::RedisSink,
+    cursor: std::sync::Arc<jobrelay::relay::cursor::ClaimCursor>,
+    seen: std::sync::Mutex<Vec<Vec<(i64, i64)>>>,
+}
+
+impl jobrelay::relay::JobSink for NotingHeld {
+    async fn push(
+        &self,
+        jobs: &[jobrelay::Job],
+    ) -> jobrelay::Result<Vec<jobrelay::broker::enqueue::JobResult>> {
+        self.seen.lock().unwrap().push(self.cursor.held());
+        self.inner.push(jobs).await
+    }
+}
+
+/// A batch tells the relay's cursor the ids of the rows it holds from its claim until it
+/// ends, which the awake poll looks past (the test above): from the lowest to the highest id
+/// it took.
+#[sqlx::test]
+async fn a_batch_holds_its_rows_from_its_claim_to_its_end(pool: PgPool) {
+    use jobrelay::relay::batch::Batcher;
+    use jobrelay::relay::cursor::ClaimCursor;
+    use std::sync::Arc;
+    let ns = Namespace::new();
+    insert_rows(&pool, 3, "held").await;
+    let (lo, hi): (i64, i64) = sqlx::query_as("SELECT min(id), max(id) FROM pending_jobs")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let cursor = Arc::new(ClaimCursor::default());
+    let sink = NotingHeld {
+        inner: redis_sink(&ns, TTL).await,
+        cursor: cursor.clone(),
+        seen: Default::default(),
+    };
+    let batcher =
+        Batcher::new(pool.clone(), queries(), settings(10), sink).with_cursor(cursor.clone());
+    assert_eq!(batcher.run_once(None).await.unwrap().claimed, 3);
+    assert_eq!(*batcher.sink().seen.lock().unwrap(), vec![vec![(lo, hi)]]);
+    assert_eq!(cursor.held(), vec![], "nothing held once the batch ended");
 }

@@ -23,6 +23,8 @@ pub struct Activity {
     pub(super) waiting_began: Notify,
     /// Milliseconds since `base` of the relay's last idle poll, plus one (0: never).
     idle_polled: AtomicU64,
+    /// The newest wake-up a worker took ([`Activity::take_wake`]).
+    woken: AtomicU64,
 }
 
 impl Default for Activity {
@@ -34,6 +36,7 @@ impl Default for Activity {
             waiting: AtomicUsize::new(0),
             waiting_began: Notify::new(),
             idle_polled: AtomicU64::new(0),
+            woken: AtomicU64::new(0),
         }
     }
 }
@@ -77,6 +80,15 @@ impl Activity {
         self.idle_polled
             .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
+    }
+
+    /// A waiting worker saw wake-up `generation` (the wake channel's counter): whether it is
+    /// the one to claim. One worker a wake-up: a claim looks at every claimable row, and the
+    /// relay's other workers, woken with it, would each run a claim (parsed and planned) that
+    /// finds the rows locked by the first. The wake-up lock's poll wakes a worker every
+    /// millisecond while rows wait, so a backlog still draws every worker within a few.
+    pub fn take_wake(&self, generation: u64) -> bool {
+        self.woken.fetch_max(generation, Ordering::AcqRel) < generation
     }
 
     /// Whether a worker waits for a wake-up.

@@ -176,6 +176,25 @@ impl WakeupLock {
         self
     }
 
+    /// The awake poll: whether a row is claimable above the claims' mark, past the rows the
+    /// relay's batches hold ([`ClaimCursor::held`]).
+    fn ready_statement(&self) -> String {
+        let (mark, held) = self
+            .cursor
+            .as_ref()
+            .map_or((None, Vec::new()), |c| (c.mark(), c.held()));
+        let past_held: String = held
+            .iter()
+            .map(|(lo, hi)| format!(" AND id NOT BETWEEN {lo} AND {hi}"))
+            .collect();
+        format!(
+            "{}{}{past_held}{}",
+            self.ready_sql.0,
+            mark.unwrap_or(i64::MIN),
+            self.ready_sql.1
+        )
+    }
+
     /// Whether this relay holds the lock (producers skip NOTIFY).
     pub fn held(&self) -> bool {
         self.held
@@ -253,6 +272,7 @@ impl WakeupLock {
                 }
                 return Next::Busy;
             }
+            let ready = self.ready_statement();
             let pause = match self.session.as_mut().filter(|_| held) {
                 // Not held (a producer's long transaction, or Postgres failing): producers
                 // notify; nothing to poll until the next try.
@@ -260,20 +280,9 @@ impl WakeupLock {
                     .retry_at
                     .map_or(LOCK_WAIT, |t| t.saturating_duration_since(Instant::now()))
                     .max(LOCK_WAIT),
-                Some(con) => match bounded(crate::db::simple_query(
-                    con,
-                    &format!(
-                        "{}{}{}",
-                        self.ready_sql.0,
-                        self.cursor
-                            .as_ref()
-                            .and_then(|c| c.mark())
-                            .unwrap_or(i64::MIN),
-                        self.ready_sql.1
-                    ),
-                ))
-                .await
-                .and_then(|row| sqlx::Row::try_get::<bool, _>(&row, 0))
+                Some(con) => match bounded(crate::db::simple_query(con, &ready))
+                    .await
+                    .and_then(|row| sqlx::Row::try_get::<bool, _>(&row, 0))
                 {
                     Ok(ready) => {
                         self.last_statement = Instant::now();
