@@ -244,13 +244,45 @@ async fn the_wakeup_lock_steps_through_take_poll_release(pool: PgPool) {
     assert_eq!(lock.step(&stop).await, Next::Idle);
 }
 
+/// A wake-up lock of `pending_jobs` over `cursor`, its relay awake (the test keeps a worker
+/// waiting, [`Activity::waiting`]), and the receiving end of its wake-ups.
+fn awake_lock(
+    pool: &PgPool,
+    cursor: std::sync::Arc<jobrelay::relay::cursor::ClaimCursor>,
+) -> (
+    jobrelay::relay::wakeup::lock::WakeupLock,
+    std::sync::Arc<jobrelay::relay::wakeup::lock::Activity>,
+    tokio::sync::watch::Receiver<u64>,
+) {
+    use jobrelay::relay::wakeup::lock::{Activity, WakeupLock};
+    let activity = std::sync::Arc::new(Activity::default());
+    let (wake, woken) = tokio::sync::watch::channel(0u64);
+    let lock = WakeupLock::new(pool.clone(), &Default::default(), activity.clone(), wake)
+        .with_cursor(cursor);
+    activity.mark();
+    (lock, activity, woken)
+}
+
+/// One step of an awake lock with a worker waiting: it polls; whether that woke a worker.
+async fn poll_woke(
+    lock: &mut jobrelay::relay::wakeup::lock::WakeupLock,
+    woken: &mut tokio::sync::watch::Receiver<u64>,
+) -> bool {
+    use jobrelay::relay::wakeup::lock::{Next, AWAKE_POLL};
+    let stop = tokio_util::sync::CancellationToken::new();
+    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
+    assert!(lock.held(), "taken while awake");
+    let woke = woken.has_changed().unwrap();
+    woken.borrow_and_update();
+    woke
+}
+
 /// The awake poll looks where the relay's claims look: above their mark. Rows below it are the
 /// catch-up claims' (docs/guarantees.md#where-a-claim-looks); the dead index entries the claims
 /// left there are not walked every millisecond.
 #[sqlx::test]
 async fn the_awake_poll_looks_above_the_claim_mark(pool: PgPool) {
     use jobrelay::relay::cursor::{ClaimCursor, Claimed};
-    use jobrelay::relay::wakeup::lock::{Activity, Next, WakeupLock, AWAKE_POLL};
     use std::sync::Arc;
     insert_rows(&pool, 1, "below").await;
     let below: i64 = sqlx::query_scalar("SELECT max(id) FROM pending_jobs")
@@ -274,27 +306,17 @@ async fn the_awake_poll_looks_above_the_claim_mark(pool: PgPool) {
     })
     .await;
 
-    let activity = Arc::new(Activity::default());
-    let (wake, mut woken) = tokio::sync::watch::channel(0u64);
-    let mut lock = WakeupLock::new(pool.clone(), &Default::default(), activity.clone(), wake)
-        .with_cursor(cursor);
-    let stop = tokio_util::sync::CancellationToken::new();
-    activity.mark();
+    let (mut lock, activity, mut woken) = awake_lock(&pool, cursor);
     let _waiting = activity.waiting();
-    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
-    assert!(lock.held(), "taken while awake");
-    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
     assert!(
-        !woken.has_changed().unwrap(),
+        !poll_woke(&mut lock, &mut woken).await,
         "a row at or below the mark is not the poll's"
     );
     insert_rows(&pool, 1, "above").await;
-    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
     assert!(
-        woken.has_changed().unwrap(),
+        poll_woke(&mut lock, &mut woken).await,
         "a row above the mark wakes the workers"
     );
-    woken.borrow_and_update();
     lock.close().await;
 }
 
@@ -337,6 +359,39 @@ async fn rollbacks(pool: &PgPool) -> i64 {
     .unwrap()
 }
 
+/// A relay whose empty claims are counted: started with `args` once the database's rollbacks
+/// so far are noted, listening.
+struct Counted {
+    relay: RelayChild,
+    db: String,
+    before: i64,
+    started: std::time::Instant,
+}
+
+impl Counted {
+    async fn start(pool: &PgPool, ns: &Namespace, args: &[&str]) -> Counted {
+        let db = database_url_of(pool).await;
+        let before = rollbacks(pool).await;
+        let started = std::time::Instant::now();
+        let relay = RelayChild::start(&db, &ns.url, &ns.prefix, args);
+        wait_until("the relay listens", Duration::from_secs(20), || async {
+            listening_relays(pool).await == 1
+        })
+        .await;
+        Counted {
+            relay,
+            db,
+            before,
+            started,
+        }
+    }
+
+    /// Stops the relay and returns its rollbacks ([`stop_and_count_looks`]).
+    async fn stop(self, pool: &PgPool) -> i64 {
+        stop_and_count_looks(pool, &self.db, self.relay, self.before).await
+    }
+}
+
 /// Stops `relay` (of database `db`) and, once every backend of it has exited and reported its
 /// transactions, returns the database's rollbacks since `before`: the relay's empty claims.
 async fn stop_and_count_looks(pool: &PgPool, db: &str, mut relay: RelayChild, before: i64) -> i64 {
@@ -370,26 +425,15 @@ async fn stop_and_count_looks(pool: &PgPool, db: &str, mut relay: RelayChild, be
 #[sqlx::test]
 async fn an_idle_relay_polls_once_per_interval_not_once_per_worker(pool: PgPool) {
     let ns = Namespace::new();
-    let db = database_url_of(&pool).await;
-    let before = rollbacks(&pool).await;
-    let started = std::time::Instant::now();
-    let relay = RelayChild::start(
-        &db,
-        &ns.url,
-        &ns.prefix,
-        &["--workers", "4", "--poll-interval", "200ms"],
-    );
-    wait_until("the relay listens", Duration::from_secs(20), || async {
-        listening_relays(&pool).await == 1
-    })
-    .await;
+    let relay = Counted::start(&pool, &ns, &["--workers", "4", "--poll-interval", "200ms"]).await;
+    let started = relay.started;
     // The window observed: 3 s of an idle relay, 15 poll intervals.
     hold_for(
         Duration::from_secs(3),
         "an idle relay's window, 15 poll intervals",
     )
     .await;
-    let looks = stop_and_count_looks(&pool, &db, relay, before).await;
+    let looks = relay.stop(&pool).await;
     let intervals = (started.elapsed().as_secs_f64() / 0.2).ceil() as i64;
     // One look per interval, plus each worker's first claim and one at each wake-up of the
     // listener (its start): at most twice the intervals and a few. One per worker and
@@ -413,27 +457,17 @@ async fn an_idle_relay_polls_once_per_interval_not_once_per_worker(pool: PgPool)
 #[sqlx::test]
 async fn a_wake_up_sends_one_worker_to_claim(pool: PgPool) {
     let ns = Namespace::new();
-    let db = database_url_of(&pool).await;
-    let before = rollbacks(&pool).await;
-    let started = std::time::Instant::now();
-    let relay = RelayChild::start(
-        &db,
-        &ns.url,
-        &ns.prefix,
-        &[
-            "--workers",
-            "4",
-            "--poll-interval",
-            "30s",
-            // The workers, the probe and the listener: no wake-up lock.
-            "--pg-max-connections",
-            "6",
-        ],
-    );
-    wait_until("the relay listens", Duration::from_secs(20), || async {
-        listening_relays(&pool).await == 1
-    })
-    .await;
+    // The workers, the probe and the listener: no wake-up lock.
+    let args = [
+        "--workers",
+        "4",
+        "--poll-interval",
+        "30s",
+        "--pg-max-connections",
+        "6",
+    ];
+    let relay = Counted::start(&pool, &ns, &args).await;
+    let started = relay.started;
     let rows = 20;
     for i in 0..rows {
         insert_rows(&pool, 1, "billing").await;
@@ -445,7 +479,7 @@ async fn a_wake_up_sends_one_worker_to_claim(pool: PgPool) {
         .await;
     }
     assert!(!lock_held(&pool).await, "the relay took the wake-up lock");
-    let looks = stop_and_count_looks(&pool, &db, relay, before).await;
+    let looks = relay.stop(&pool).await;
     let seconds = started.elapsed().as_secs() as i64;
     // Each worker's first claim, one at each wake-up of the listener (its start and its
     // checks), the probe's transaction every second and the backlog gauges' every 5: a few
@@ -463,7 +497,6 @@ async fn a_wake_up_sends_one_worker_to_claim(pool: PgPool) {
 #[sqlx::test]
 async fn the_awake_poll_looks_past_the_rows_a_batch_holds(pool: PgPool) {
     use jobrelay::relay::cursor::ClaimCursor;
-    use jobrelay::relay::wakeup::lock::{Activity, Next, WakeupLock, AWAKE_POLL};
     use std::sync::Arc;
     insert_rows(&pool, 2, "held").await;
     let (lo, hi): (i64, i64) = sqlx::query_as("SELECT min(id), max(id) FROM pending_jobs")
@@ -471,43 +504,31 @@ async fn the_awake_poll_looks_past_the_rows_a_batch_holds(pool: PgPool) {
         .await
         .unwrap();
     let cursor = Arc::new(ClaimCursor::default());
-    let activity = Arc::new(Activity::default());
-    let (wake, mut woken) = tokio::sync::watch::channel(0u64);
-    let mut lock = WakeupLock::new(pool.clone(), &Default::default(), activity.clone(), wake)
-        .with_cursor(cursor.clone());
-    let stop = tokio_util::sync::CancellationToken::new();
-    activity.mark();
+    let (mut lock, activity, mut woken) = awake_lock(&pool, cursor.clone());
     let _waiting = activity.waiting();
 
     // A batch of this relay holds both rows.
     let turn = cursor.start();
     turn.holds(lo, hi);
-    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
-    assert!(lock.held(), "taken while awake");
-    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
     assert!(
-        !woken.has_changed().unwrap(),
+        !poll_woke(&mut lock, &mut woken).await,
         "rows a batch of the relay holds wake nobody"
     );
     insert_rows(&pool, 1, "above").await;
-    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
     assert!(
-        woken.has_changed().unwrap(),
+        poll_woke(&mut lock, &mut woken).await,
         "a row beyond them wakes a worker"
     );
-    woken.borrow_and_update();
     sqlx::query("DELETE FROM pending_jobs WHERE id > $1")
         .bind(hi)
         .execute(&pool)
         .await
         .unwrap();
-    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
-    assert!(!woken.has_changed().unwrap(), "still held");
+    assert!(!poll_woke(&mut lock, &mut woken).await, "still held");
     // The batch ended (here: failed) with its rows still pending.
     drop(turn);
-    assert_eq!(lock.step(&stop).await, Next::Pause(AWAKE_POLL));
     assert!(
-        woken.has_changed().unwrap(),
+        poll_woke(&mut lock, &mut woken).await,
         "rows left when the batch ended wake a worker"
     );
     lock.close().await;
