@@ -15,8 +15,9 @@ use crate::sink::JobSink;
 use crate::telemetry::redact;
 
 /// Repeats batches until `shutdown`: a full batch (`batch_size` rows, or stopped at the byte
-/// cap) loops at once; otherwise the worker waits for a wake-up (which one waiting worker
-/// takes, [`Activity::take_wake`]) or `poll_interval`. A transient failure backs off (100 ms doubling to 30 s, with
+/// cap) loops at once, and sends one more waiting worker to claim ([`Activity::recruit`]);
+/// otherwise the worker waits for a wake-up (which one waiting worker takes,
+/// [`Activity::take_wake`]), another's full batch, or `poll_interval`. A transient failure backs off (100 ms doubling to 30 s, with
 /// jitter), cut short when [`Health`] sees a dependency recover. While the fleet's claim slots
 /// are all taken, the relay's workers wait at `slots` (one of them asks; a worker whose full
 /// batch held a slot keeps its turn). The batch in hand
@@ -97,6 +98,7 @@ pub(crate) async fn work<S: JobSink>(
                     }
                     backoff.reset();
                     if report.more || report.claimed as usize >= batch_size {
+                        activity.recruit();
                         turn = true;
                         continue;
                     }
@@ -123,6 +125,8 @@ pub(crate) async fn work<S: JobSink>(
                         continue;
                     }
                 }
+                // Another worker's batch came back full: rows wait.
+                _ = activity.recruited(), if idle => {}
                 // The probe saw a dependency come back: no need to sit out the rest of the
                 // backoff.
                 _ = recovered.changed(), if !idle => {}

@@ -577,3 +577,94 @@ async fn a_batch_holds_its_rows_from_its_claim_to_its_end(pool: PgPool) {
     assert_eq!(*batcher.sink().seen.lock().unwrap(), vec![vec![(lo, hi)]]);
     assert_eq!(cursor.held(), vec![], "nothing held once the batch ended");
 }
+
+/// A sink that counts the jobs its worker pushed.
+struct CountingWorker {
+    inner: jobrelay::broker::redis_sink::RedisSink,
+    pushed: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl jobrelay::relay::JobSink for CountingWorker {
+    async fn push(
+        &self,
+        jobs: &[jobrelay::Job],
+    ) -> jobrelay::Result<Vec<jobrelay::broker::enqueue::JobResult>> {
+        let results = self.inner.push(jobs).await?;
+        self.pushed
+            .fetch_add(jobs.len(), std::sync::atomic::Ordering::Relaxed);
+        Ok(results)
+    }
+}
+
+/// A backlog that arrives with one wake-up (one transaction of many rows, one notification)
+/// draws more than the one worker that wake-up sends: a worker whose batch came back full
+/// sends one more, also without the wake-up lock's poll. Without that, the other workers of a
+/// relay without the lock slept until their poll interval (30 s here) and one worker drained
+/// all 20,000 rows.
+#[sqlx::test]
+async fn a_full_batch_sends_one_more_worker(pool: PgPool) {
+    use jobrelay::relay::{Health, RelaySettings, Wakeup};
+    use jobrelay::TableName;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let ns = Namespace::new();
+    let pushed: Vec<Arc<AtomicUsize>> = (0..4).map(|_| Arc::default()).collect();
+    let mut sinks = Vec::new();
+    for p in &pushed {
+        sinks.push(CountingWorker {
+            inner: redis_sink(&ns, TTL).await,
+            pushed: p.clone(),
+        });
+    }
+    let settings = RelaySettings {
+        table: TableName::default(),
+        batch: (*settings(250)).clone(),
+        poll_interval: Duration::from_secs(30),
+    };
+    let wakeup = Wakeup {
+        listen: Some((*pool.connect_options()).clone()),
+        lock: false,
+    };
+    let tracker = tokio_util::task::TaskTracker::new();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    jobrelay::relay::spawn_with(
+        &tracker,
+        &settings,
+        &wakeup,
+        pool.clone(),
+        sinks,
+        Arc::new(Health::default()),
+        shutdown.clone(),
+    );
+    wait_until("the listener listens", Duration::from_secs(20), || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND query ILIKE 'LISTEN%'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+            == 1
+    })
+    .await;
+    // Every worker has made its first claim (the empty table) and waits.
+    hold_for(Duration::from_millis(500), "the workers' first claims").await;
+    let rows = 20_000;
+    let expected = insert_many(&pool, rows, "bulk").await;
+    wait_until("the backlog drained", Duration::from_secs(25), || async {
+        pending_count(&pool).await == 0
+    })
+    .await;
+    shutdown.cancel();
+    tracker.close();
+    tokio::time::timeout(Duration::from_secs(30), tracker.wait())
+        .await
+        .expect("workers stop");
+    let per_worker: Vec<usize> = pushed.iter().map(|p| p.load(Ordering::Relaxed)).collect();
+    assert_eq!(per_worker.iter().sum::<usize>(), rows as usize);
+    assert_exactly_once(&queue_uuids(&ns, "queue:bulk").await, &expected);
+    assert!(
+        per_worker.iter().filter(|&&n| n > 0).count() >= 2,
+        "one notification, a backlog of {rows} rows: jobs pushed per worker {per_worker:?}"
+    );
+}

@@ -25,6 +25,8 @@ pub struct Activity {
     idle_polled: AtomicU64,
     /// The newest wake-up a worker took ([`Activity::take_wake`]).
     woken: AtomicU64,
+    /// A worker whose batch came back full asks for one more ([`Activity::recruit`]).
+    recruited: Notify,
 }
 
 impl Default for Activity {
@@ -37,6 +39,7 @@ impl Default for Activity {
             waiting_began: Notify::new(),
             idle_polled: AtomicU64::new(0),
             woken: AtomicU64::new(0),
+            recruited: Notify::new(),
         }
     }
 }
@@ -89,6 +92,20 @@ impl Activity {
     /// millisecond while rows wait, so a backlog still draws every worker within a few.
     pub fn take_wake(&self, generation: u64) -> bool {
         self.woken.fetch_max(generation, Ordering::AcqRel) < generation
+    }
+
+    /// A worker's batch came back full (more rows wait): one more waiting worker claims
+    /// ([`Activity::recruited`]), and so on while batches come back full. A backlog that
+    /// arrives with one wake-up (a transaction of many rows, one notification) draws every
+    /// worker within a few batches, also without the wake-up lock's poll (too few
+    /// connections for it, or its session lost).
+    pub fn recruit(&self) {
+        self.recruited.notify_one();
+    }
+
+    /// Resolves when a worker asked for one more ([`Activity::recruit`]): one waiting worker.
+    pub async fn recruited(&self) {
+        self.recruited.notified().await;
     }
 
     /// Whether a worker waits for a wake-up.
