@@ -651,15 +651,7 @@ async fn a_full_batch_sends_one_more_worker(pool: PgPool) {
     hold_for(Duration::from_millis(500), "the workers' first claims").await;
     let rows = 20_000;
     let expected = insert_many(&pool, rows, "bulk").await;
-    wait_until("the backlog drained", Duration::from_secs(25), || async {
-        pending_count(&pool).await == 0
-    })
-    .await;
-    shutdown.cancel();
-    tracker.close();
-    tokio::time::timeout(Duration::from_secs(30), tracker.wait())
-        .await
-        .expect("workers stop");
+    drained_then_stopped(&pool, Duration::from_secs(25), tracker, shutdown).await;
     let per_worker: Vec<usize> = pushed.iter().map(|p| p.load(Ordering::Relaxed)).collect();
     assert_eq!(per_worker.iter().sum::<usize>(), rows as usize);
     assert_exactly_once(&queue_uuids(&ns, "queue:bulk").await, &expected);

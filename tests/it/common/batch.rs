@@ -347,3 +347,22 @@ pub async fn idle_daemon(pool: &PgPool, ns: &Namespace) -> RelayChild {
     .await;
     child
 }
+
+/// Waits until the outbox of `pool` is empty (within `deadline`), then stops the in-process
+/// relay of `tracker` and `shutdown` and waits for its tasks (within 30 s).
+pub async fn drained_then_stopped(
+    pool: &PgPool,
+    deadline: Duration,
+    tracker: tokio_util::task::TaskTracker,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    wait_until("the outbox drained", deadline, || async {
+        pending_count(pool).await == 0
+    })
+    .await;
+    shutdown.cancel();
+    tracker.close();
+    tokio::time::timeout(Duration::from_secs(30), tracker.wait())
+        .await
+        .expect("workers stop");
+}

@@ -154,15 +154,8 @@ async fn relay_until_empty(pool: &PgPool, ns: &Namespace, workers: usize, batch_
         health,
         shutdown.clone(),
     );
-    wait_until("outbox drained", Duration::from_secs(60), || async {
-        pending_count(pool).await == 0
-    })
-    .await;
-    shutdown.cancel();
-    tracker.close();
-    tokio::time::timeout(Duration::from_secs(30), tracker.wait())
-        .await
-        .expect("workers stop");
+    crate::common::batch::drained_then_stopped(pool, Duration::from_secs(60), tracker, shutdown)
+        .await;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -69,15 +69,7 @@ async fn two_workers_deliver_each_row_once(pool: PgPool) {
         Arc::new(Health::default()),
         shutdown.clone(),
     );
-    wait_until("table drained", Duration::from_secs(60), || async {
-        pending_count(&pool).await == 0
-    })
-    .await;
-    shutdown.cancel();
-    tracker.close();
-    tokio::time::timeout(Duration::from_secs(30), tracker.wait())
-        .await
-        .expect("workers stop");
+    drained_then_stopped(&pool, Duration::from_secs(60), tracker, shutdown).await;
 
     assert_exactly_once(&queue_uuids(&ns, "queue:bulk").await, &expected);
     assert_eq!(ns.marker_count().await, MANY as usize);
