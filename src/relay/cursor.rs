@@ -122,6 +122,13 @@ pub struct Claimed {
     pub took: Duration,
 }
 
+impl State {
+    /// Turn `number`'s rows are no longer held ([`Turn::holds`]).
+    fn release(&mut self, number: u64) {
+        self.held.retain(|&(n, _, _)| n != number);
+    }
+}
+
 impl ClaimCursor {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // The state stays consistent at every await-free step: a poisoned lock is still usable.
@@ -198,7 +205,7 @@ impl Turn<'_> {
     /// the next claim: the poll's after the batch, or one woken by a row above it.
     pub fn holds(&self, lo: i64, hi: i64) {
         let mut s = self.cursor.lock();
-        s.held.retain(|&(n, _, _)| n != self.number);
+        s.release(self.number);
         s.held.push((self.number, lo, hi));
     }
 
@@ -206,7 +213,7 @@ impl Turn<'_> {
     pub fn finish(self, claimed: Claimed) {
         let now = Instant::now();
         let mut s = self.cursor.lock();
-        s.held.retain(|&(n, _, _)| n != self.number);
+        s.release(self.number);
         if let Some(last) = claimed.last_id {
             s.recent.push_back((self.started, last));
         }
@@ -241,7 +248,7 @@ impl Turn<'_> {
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
         let mut s = self.cursor.lock();
-        s.held.retain(|&(n, _, _)| n != self.number);
+        s.release(self.number);
         if self.catch_up {
             // The claim failed: the catch-up is still due, from where it was.
             s.catching_up = false;

@@ -386,36 +386,31 @@ impl Counted {
         }
     }
 
-    /// Stops the relay and returns its rollbacks ([`stop_and_count_looks`]).
-    async fn stop(self, pool: &PgPool) -> i64 {
-        stop_and_count_looks(pool, &self.db, self.relay, self.before).await
+    /// Stops the relay and, once every backend of it has exited and reported its
+    /// transactions, returns the database's rollbacks since it started: its empty claims.
+    async fn stop(mut self, pool: &PgPool) -> i64 {
+        self.relay.signal("TERM");
+        assert_eq!(self.relay.wait(Duration::from_secs(30)).await, Some(0));
+        let db_name = self.db.rsplit('/').next().unwrap().to_owned();
+        let db_name = &db_name;
+        wait_until(
+            "the relay's sessions end",
+            Duration::from_secs(10),
+            || async move {
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = $1 AND application_name = 'jobrelay'",
+                )
+                .bind(db_name)
+                .fetch_one(pool)
+                .await
+                .unwrap()
+                    == 0
+            },
+        )
+        .await;
+        rollbacks(pool).await - self.before
     }
-}
-
-/// Stops `relay` (of database `db`) and, once every backend of it has exited and reported its
-/// transactions, returns the database's rollbacks since `before`: the relay's empty claims.
-async fn stop_and_count_looks(pool: &PgPool, db: &str, mut relay: RelayChild, before: i64) -> i64 {
-    relay.signal("TERM");
-    assert_eq!(relay.wait(Duration::from_secs(30)).await, Some(0));
-    let db_name = db.rsplit('/').next().unwrap().to_owned();
-    let db_name = &db_name;
-    wait_until(
-        "the relay's sessions end",
-        Duration::from_secs(10),
-        || async move {
-            sqlx::query_scalar::<_, i64>(
-                "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = $1 AND application_name = 'jobrelay'",
-            )
-            .bind(db_name)
-            .fetch_one(pool)
-            .await
-            .unwrap()
-                == 0
-        },
-    )
-    .await;
-    rollbacks(pool).await - before
 }
 
 /// An idle relay looks for rows once per `--poll-interval`, not once per worker: each look is

@@ -272,7 +272,12 @@ impl WakeupLock {
                 }
                 return Next::Busy;
             }
-            let ready = self.ready_statement();
+            // Only a poll needs it (it reads the cursor's mark and held rows).
+            let ready = if held {
+                self.ready_statement()
+            } else {
+                String::new()
+            };
             let pause = match self.session.as_mut().filter(|_| held) {
                 // Not held (a producer's long transaction, or Postgres failing): producers
                 // notify; nothing to poll until the next try.
