@@ -40,8 +40,9 @@ pub struct Args {
     /// round-robin from this many keys (`k0`, `k1`, ...: interleaved); 1 is one hot key; 0
     /// (default) no key.
     pub ordering_keys: usize,
-    /// `BENCH_PREPARED=1`: the relay claims with named statements (`--prepared-statements`).
-    pub prepared_statements: bool,
+    /// `BENCH_PREPARED`: `--prepared-statements` (`auto`, the default; `1`/`0` for
+    /// `true`/`false`).
+    pub prepared_statements: jobrelay::relay::PreparedStatements,
     /// `BENCH_STAGES`: the stages to run, comma-separated (`drain`, `stages`, `naive`,
     /// `latency`, `notify_cost`); default all.
     pub stages: Vec<String>,
@@ -73,7 +74,7 @@ impl Args {
             vacuumed: env::or("BENCH_VACUUMED", "") == "1",
             options: options(&env::or("BENCH_OPTIONS", "{}"))?,
             ordering_keys: env::num("BENCH_ORDERING_KEYS", 0)?,
-            prepared_statements: env::or("BENCH_PREPARED", "") == "1",
+            prepared_statements: env::or("BENCH_PREPARED", "auto").parse()?,
             stages: env::or("BENCH_STAGES", "drain,stages,naive,latency,notify_cost")
                 .split(',')
                 .map(|s| s.trim().to_owned())

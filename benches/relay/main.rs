@@ -47,8 +47,8 @@
 //! `BENCH_ORDERING_KEYS=<n>` gives the rows of the drains and stages ordering keys, round-robin
 //! over `n` keys (interleaved; `1`: one hot key), and each latency row a key of its own;
 //! `BENCH_STAGES=drain,latency` runs only the stages named (default: all).
-//! `BENCH_PREPARED=1` runs the relay with `--prepared-statements` (claims planned once per
-//! connection).
+//! `BENCH_PREPARED=1` (or `0`) runs the relay with `--prepared-statements=true` (or `false`);
+//! the default is the daemon's, `auto` (named claims once the listener proved a session).
 
 /// The daemon's allocator (src/main.rs), so that the relay measured here allocates as the
 /// binary's does (the bench target requires the feature `daemon`).

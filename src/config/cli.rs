@@ -48,14 +48,15 @@ pub struct Flags {
     /// [env: JOBRELAY_PG_MAX_CONNECTIONS] [default: workers+3]
     #[arg(long, global = true, help_heading = RELAY, value_name = "N")]
     pub pg_max_connections: Option<String>,
-    /// Claim with named statements, planned once per connection: only on a direct
-    /// connection, a session pooler, or PgBouncer 1.21+ with max_prepared_statements; alone it
-    /// means true, or `=false` [env: JOBRELAY_PREPARED_STATEMENTS] [default: false]
+    /// Claim with named statements, planned once per connection: auto (once the listener
+    /// proved its connection, as the pool's, a session of its own), true (a direct connection,
+    /// a session pooler, PgBouncer 1.21+ with max_prepared_statements) or false; alone it means
+    /// true [env: JOBRELAY_PREPARED_STATEMENTS] [default: auto]
     #[arg(
         long,
         global = true,
         help_heading = RELAY,
-        value_name = "BOOL",
+        value_name = "WHEN",
         num_args = 0..=1,
         require_equals = true,
         default_missing_value = "true"

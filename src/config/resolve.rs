@@ -19,6 +19,7 @@ use super::values::{
 use crate::broker::layout::LayoutKind;
 use crate::broker::url as redis_url;
 use crate::defaults::*;
+use crate::relay::PreparedStatements;
 use crate::table::TableName;
 use crate::telemetry::logging::LogFormat;
 
@@ -166,8 +167,8 @@ impl Config {
             })?
             .unwrap_or(DEFAULT_PUSH_TIMEOUT);
         let prepared_statements = src
-            .parse("prepared_statements", parse_bool)?
-            .unwrap_or(false);
+            .parse("prepared_statements", |s| s.parse::<PreparedStatements>())?
+            .unwrap_or_default();
         let redis_allow_eviction = src
             .parse("redis_allow_eviction", parse_bool)?
             .unwrap_or(false);

@@ -27,7 +27,7 @@ pub struct Config {
     /// [`Config::pg_footprint`]).
     pub pg_max_connections: usize,
     /// `--prepared-statements`.
-    pub prepared_statements: bool,
+    pub prepared_statements: crate::relay::PreparedStatements,
     /// `--redis-url`.
     pub redis_url: SecretUrl,
     /// `--redis-ca-file`: CA certificates that verify a `rediss://` server instead of the

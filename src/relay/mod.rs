@@ -33,12 +33,14 @@ use tokio_util::task::TaskTracker;
 
 pub use self::batch::{BatchSettings, Batcher};
 pub use self::health::{Dependency, Health};
+pub use self::prepared::PreparedStatements;
 pub use self::queries::Queries;
 pub use self::sweep::sweep;
 pub use crate::report::Report;
 use crate::sink::ClaimNeeds;
 pub use crate::sink::JobSink;
 use crate::table::TableName;
+use crate::telemetry::events::ClaimsNamed;
 
 /// What the daemon's workers share.
 #[derive(Debug, Clone)]
@@ -96,6 +98,10 @@ pub fn spawn_with<S: JobSink + 'static>(
 ) {
     let (wake_tx, wake_rx) = watch::channel(0u64);
     let activity = Arc::new(self::wakeup::lock::Activity::default());
+    let prepared = Arc::new(prepared::PreparedClaims::new(
+        settings.batch.prepared_statements,
+    ));
+    ClaimsNamed::gauge(prepared.on());
     if let Some(listen) = &wakeup.listen {
         let (h, stop) = (health.clone(), shutdown.clone());
         let listener = self::wakeup::listen::Listener {
@@ -103,6 +109,8 @@ pub fn spawn_with<S: JobSink + 'static>(
             notifier: pool.clone(),
             channel: settings.table.channel(),
             wake: wake_tx.clone(),
+            // Its proof of a session is the pool's only where it connects as the pool does.
+            claims: same_server(listen, pool.connect_options().as_ref()).then(|| prepared.clone()),
         };
         tracker.spawn(supervise::supervised(
             "listener",
@@ -149,7 +157,6 @@ pub fn spawn_with<S: JobSink + 'static>(
     drop(wake_tx);
     let queries = Arc::new(Queries::for_needs(&settings.table, needs));
     let batch = Arc::new(settings.batch.clone());
-    let prepared = Arc::new(prepared::PreparedClaims::new(batch.prepared_statements));
     let slots = Arc::new(slots::SlotGate::default());
     for sink in sinks {
         let batcher = Arc::new(
@@ -183,4 +190,14 @@ pub fn spawn_with<S: JobSink + 'static>(
             },
         ));
     }
+}
+
+/// Whether `a` and `b` reach the same server, database and role (a session of one proves the
+/// other's: a pooler's mode is a database's or a role's).
+fn same_server(a: &PgConnectOptions, b: &PgConnectOptions) -> bool {
+    a.get_host() == b.get_host()
+        && a.get_port() == b.get_port()
+        && a.get_socket() == b.get_socket()
+        && a.get_database() == b.get_database()
+        && a.get_username() == b.get_username()
 }

@@ -46,6 +46,9 @@ pub const HELD_KEYS: &str = "jobrelay_held_keys";
 /// Gauge: how long the oldest held key has been held (since its dead row died), in seconds;
 /// 0 when none is.
 pub const HELD_KEY_OLDEST_AGE: &str = "jobrelay_held_key_oldest_age_seconds";
+/// Gauge: 1 while the relay's claims run as named statements, planned once per connection
+/// (`--prepared-statements`), 0 while they are planned at every claim.
+pub const NAMED_CLAIMS: &str = "jobrelay_named_claims";
 /// Counter, label `task` (`worker`, `probe`, `listener`, `wakeup`, `repair`, `redis-side`): panics caught in the
 /// relay's tasks, each followed by a restart of the task.
 pub const TASK_PANICS: &str = "jobrelay_task_panics_total";
@@ -119,6 +122,10 @@ pub fn describe() {
         HELD_KEY_OLDEST_AGE,
         Unit::Seconds,
         "How long the oldest held ordering key has been held (since its dead row died)"
+    );
+    describe_gauge!(
+        NAMED_CLAIMS,
+        "1 while claims run as named statements (planned once per connection), else 0"
     );
     describe_counter!(
         TASK_PANICS,
@@ -277,6 +284,11 @@ pub(in crate::telemetry) fn xmin_horizon(age_seconds: f64, xids: i64) {
 pub(in crate::telemetry) fn held_keys(keys: i64, oldest_age_seconds: f64) {
     metrics::gauge!(HELD_KEYS).set(keys as f64);
     metrics::gauge!(HELD_KEY_OLDEST_AGE).set(oldest_age_seconds);
+}
+
+/// Sets `jobrelay_named_claims`.
+pub(in crate::telemetry) fn named_claims(named: bool) {
+    metrics::gauge!(NAMED_CLAIMS).set(if named { 1.0 } else { 0.0 });
 }
 
 /// Sets `jobrelay_up{dependency}`.

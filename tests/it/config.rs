@@ -391,10 +391,12 @@ fn pg_max_connections_decides_the_footprint() {
     assert_eq!(e.culprit, "--listen-url");
 }
 
-/// `--prepared-statements`: off unless asked for, as a bare flag, `=BOOL` or the environment.
+/// `--prepared-statements`: `auto` unless told, as a bare flag (`true`), `=VALUE` or the
+/// environment.
 #[test]
-fn prepared_statements_are_off_unless_asked_for() {
-    let claims_prepared = |args: &[&str], env: &[(&str, &str)]| {
+fn prepared_statements_are_auto_unless_told() {
+    use jobrelay::relay::PreparedStatements::{Always, Auto, Never};
+    let claims = |args: &[&str], env: &[(&str, &str)]| {
         let c = resolve(args, env).unwrap();
         assert_eq!(
             c.batch_settings().prepared_statements,
@@ -402,13 +404,14 @@ fn prepared_statements_are_off_unless_asked_for() {
         );
         c.prepared_statements
     };
-    assert!(!claims_prepared(&[], &[]));
-    assert!(claims_prepared(&["--prepared-statements"], &[]));
-    assert!(!claims_prepared(&["--prepared-statements=false"], &[]));
-    assert!(claims_prepared(
-        &[],
-        &[("JOBRELAY_PREPARED_STATEMENTS", "true")]
-    ));
+    assert_eq!(claims(&[], &[]), Auto);
+    assert_eq!(claims(&["--prepared-statements"], &[]), Always);
+    assert_eq!(claims(&["--prepared-statements=false"], &[]), Never);
+    assert_eq!(claims(&["--prepared-statements=auto"], &[]), Auto);
+    assert_eq!(
+        claims(&[], &[("JOBRELAY_PREPARED_STATEMENTS", "true")]),
+        Always
+    );
     let e = resolve(&[], &[("JOBRELAY_PREPARED_STATEMENTS", "sometimes")]).unwrap_err();
     assert_eq!(e.culprit, "JOBRELAY_PREPARED_STATEMENTS");
 }

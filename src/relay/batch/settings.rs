@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::relay::prepared::PreparedStatements;
+
 /// How a batch is claimed and what happens to rows that fail.
 #[derive(Debug, Clone)]
 pub struct BatchSettings {
@@ -25,10 +27,11 @@ pub struct BatchSettings {
     /// of sidecars has at most this many batches in flight. `None`: no slot needed (the sweep,
     /// library users).
     pub claim_slots: Option<u32>,
-    /// Claims as named statements, planned once per connection (`--prepared-statements`,
-    /// docs/cli.md#postgres-connections); `false`: unnamed, planned at every claim, which any
-    /// pooler passes on.
-    pub prepared_statements: bool,
+    /// When claims run as named statements, planned once per connection (`--prepared-statements`,
+    /// [`crate::relay::prepared`]): by default once the relay's listener proved the pool's
+    /// connections sessions of their own, so a [`super::Batcher`] alone claims unnamed (planned
+    /// at every claim, which any pooler passes on) unless told [`PreparedStatements::Always`].
+    pub prepared_statements: PreparedStatements,
 }
 
 impl Default for BatchSettings {
@@ -44,7 +47,7 @@ impl Default for BatchSettings {
             idle_in_transaction_timeout: crate::defaults::DEFAULT_PUSH_TIMEOUT
                 + crate::defaults::STATEMENT_TIMEOUT,
             claim_slots: None,
-            prepared_statements: false,
+            prepared_statements: PreparedStatements::Auto,
         }
     }
 }

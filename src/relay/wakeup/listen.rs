@@ -23,7 +23,12 @@
 //! `--database-url` name different databases: it says so once and stops). It repeats the check
 //! every [`CHECK_INTERVAL`] while listening, so a session that stopped answering without being
 //! closed (a primary gone silent, no RST) is noticed and replaced.
+//!
+//! Where it connects as the relay's pool does (no `--listen-url`), its proof of a session, or
+//! of none, is the pool's too: it tells the relay's [`PreparedClaims`], which names claims once
+//! proved (`--prepared-statements=auto`, [`crate::relay::prepared`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
@@ -33,6 +38,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
+use crate::relay::prepared::PreparedClaims;
 use crate::telemetry::redact;
 
 /// How often a listening session checks that its own NOTIFY still reaches it.
@@ -51,6 +57,9 @@ pub(crate) struct Listener {
     pub channel: String,
     /// Bumped on every notification and after every (re)connect.
     pub wake: watch::Sender<u64>,
+    /// Told whether its connection is a session of its own, where it connects as the pool
+    /// does: then its proof is the pool's (`--prepared-statements=auto`).
+    pub claims: Option<Arc<PreparedClaims>>,
 }
 
 /// Why a listening session ended.
@@ -165,10 +174,18 @@ impl Listener {
         for _ in 0..5 {
             match self.is_session(&mut listener, check, shutdown).await {
                 Step::Done(true) => {}
-                Step::Done(false) => return Ended::Pooled,
+                Step::Done(false) => {
+                    if let Some(claims) = &self.claims {
+                        claims.no_sessions();
+                    }
+                    return Ended::Pooled;
+                }
                 Step::Failed(e) => return Ended::Lost(e),
                 Step::Shutdown => return Ended::Shutdown,
             }
+        }
+        if let Some(claims) = &self.claims {
+            claims.sessions_proved();
         }
         match step(shutdown, listener.listen(check)).await {
             Step::Done(()) => {}

@@ -15,11 +15,13 @@
 //! - [`batch`]: what a batch did (outcomes, failures, dead letters, its duration).
 //! - [`dependency`]: the episodes of Postgres, Redis and the outbox table; task panics.
 //! - [`backlog`]: the probe's samples of the backlog and the xmin horizon.
+//! - [`claims`]: whether claims run as named statements.
 //! - [`held_keys`]: ordering keys held by a dead-lettered row (the probe's samples, episodes).
 //! - [`redis_side`]: the watch of the queues' Redis side (waiting jobs, consumers).
 
 pub mod backlog;
 pub mod batch;
+pub mod claims;
 pub mod dependency;
 pub mod held_keys;
 #[cfg(feature = "daemon")]
@@ -36,6 +38,7 @@ pub use self::batch::{
     LateJobsRepaired, OversizeRowsDeadLettered, PushFailed, RowsDeadLettered, DEAD_REASON_CHARS,
     DEAD_ROWS_NAMED,
 };
+pub use self::claims::{ClaimsNamed, ClaimsUnnamed};
 pub use self::dependency::{
     BatchesFailing, BatchesSucceedAgain, DependencyConnected, DependencyDown, DependencyRecovered,
     OutboxTableMissing, OutboxTablePresent, TaskPanicked,

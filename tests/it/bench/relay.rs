@@ -26,7 +26,7 @@ async fn the_benchmark_runs_with_small_sizes_and_cleans_up() {
         // locks off, the drain and stages, a key per latency row.
         ordering_keys: 7,
         // Claims prepared once per connection, executed again: every stage still relays.
-        prepared_statements: true,
+        prepared_statements: jobrelay::relay::PreparedStatements::Always,
         stages: ["drain", "stages", "naive", "latency", "notify_cost"]
             .map(str::to_owned)
             .to_vec(),

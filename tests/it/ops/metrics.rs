@@ -33,6 +33,8 @@ async fn metrics_count_every_outcome_and_logs_only_state_changes(pool: PgPool) {
     .await;
     let m = scrape_once_gauges_caught_up(&d).await;
     assert_every_outcome_counted(&m);
+    // A direct connection: the listener proved it a session, and claims are named.
+    assert_eq!(m.get("jobrelay_named_claims"), 1.0);
     // What Redis holds agrees with the counters.
     assert_eq!(ns.llen("queue:default").await, 5);
     assert_eq!(ns.scheduled().await.len(), 4);
@@ -108,6 +110,10 @@ pub(super) async fn insert_one_row_per_outcome(pool: &PgPool, ns: &Namespace) ->
     uuids
 }
 
+/// The INFO line of a relay whose claims become named statements.
+pub(crate) const CLAIMS_NAMED: &str = "claims named: the relay's connections are sessions of \
+     their own, and each claim is planned once per connection (--prepared-statements=auto)";
+
 /// The metrics once the backlog gauges (sampled every 5 s) show 2 dead and 1 pending.
 pub(super) async fn scrape_once_gauges_caught_up(d: &Daemon) -> Metrics {
     let caught_up = || async {
@@ -140,6 +146,7 @@ fn assert_every_outcome_counted(m: &Metrics) {
         ("jobrelay_oldest_pending_age_seconds", "gauge"),
         ("jobrelay_oldest_claimable_age_seconds", "gauge"),
         ("jobrelay_up", "gauge"),
+        ("jobrelay_named_claims", "gauge"),
     ] {
         assert_eq!(
             m.types.get(name).map(String::as_str),
@@ -212,6 +219,7 @@ fn assert_logs_only_state_changes(d: &Daemon, uuids: &[uuid::Uuid]) {
         "jobrelay starting",
         "postgres connected",
         "redis connected",
+        CLAIMS_NAMED,
         "shutting down: finishing the batches in hand",
         "shutdown complete",
     ]
@@ -228,6 +236,7 @@ fn assert_logs_only_state_changes(d: &Daemon, uuids: &[uuid::Uuid]) {
     }
     assert_eq!(d.events_with("postgres connected").len(), 1);
     assert_eq!(d.events_with("redis connected").len(), 1);
+    assert_eq!(d.events_with(CLAIMS_NAMED).len(), 1);
     let dead_events = d.events_with("rows moved to the dead-letter table");
     let rows: u64 = dead_events
         .iter()
@@ -314,6 +323,8 @@ async fn every_series_is_present_from_the_first_scrape(pool: PgPool) {
     );
     assert_eq!(m.get("jobrelay_up{dependency=\"postgres\"}"), 1.0);
     assert_eq!(m.get("jobrelay_up{dependency=\"redis\"}"), 1.0);
+    // 0 until the listener proved its session, then 1.
+    assert!(m.try_get("jobrelay_named_claims").is_some(), "{}", m.text);
     wait_until(
         "backlog gauges sampled",
         Duration::from_secs(10),

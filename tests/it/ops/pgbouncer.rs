@@ -131,9 +131,19 @@ async fn relays_through_pgbouncer_in_session_mode_with_notifications(pool: PgPoo
         insert_rows(&pool, 1, "single").await;
         relayed_while_ready(&d, &ns, "single", i, Duration::from_secs(5)).await;
     }
+    // A session pooler keeps a client's named statements: claims are named.
+    assert_claims_named(&d, true).await;
     assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
     let unexpected = unexpected_warnings(&d, &[]);
     assert!(unexpected.is_empty(), "{unexpected:#?}");
+}
+
+/// Whether the relay's claims are named (`jobrelay_named_claims`), and it said so once if they
+/// are, never if not.
+async fn assert_claims_named(d: &Daemon, named: bool) {
+    let gauge = d.metrics().await.try_get("jobrelay_named_claims");
+    assert_eq!(gauge, Some(f64::from(u8::from(named))), "{}", d.logs());
+    assert_eq!(said(d, "claims named:"), usize::from(named), "{}", d.logs());
 }
 
 /// What an application found on the server connections it was given (the distinct
@@ -274,6 +284,8 @@ async fn relays_through_pgbouncer_in_transaction_mode_and_leaves_nothing_behind(
         lock_seen,
         "the relay took its wake-up lock during the bursts"
     );
+    // Nothing proved a session (the listener found none): claims stay unnamed.
+    assert_claims_named(&d, false).await;
 
     killed_holding_the_lock(&pool, &mut d).await;
     let no_listener = "no notification listener: its connection is not a session of its own";
@@ -308,6 +320,9 @@ async fn in_transaction_mode_a_direct_listen_url_gives_notifications(pool: PgPoo
         insert_rows(&pool, 1, "single").await;
         relayed_while_ready(&d, &ns, "single", i, Duration::from_secs(5)).await;
     }
+    // The listener's session is on another server than the pool's: it proves nothing of
+    // the pool's connections, and claims stay unnamed.
+    assert_claims_named(&d, false).await;
     assert_eq!(d.terminate(Duration::from_secs(30)).await, Some(0));
     let unexpected = unexpected_warnings(&d, &[]);
     assert!(unexpected.is_empty(), "{unexpected:#?}");

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::common::batch::*;
 use crate::common::*;
-use jobrelay::relay::{BatchSettings, Batcher};
+use jobrelay::relay::{BatchSettings, Batcher, PreparedStatements};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
@@ -23,7 +23,11 @@ async fn relay_on_one_connection(pool: &PgPool, prepared: bool) -> (Vec<String>,
         .await
         .unwrap();
     let settings = Arc::new(BatchSettings {
-        prepared_statements: prepared,
+        prepared_statements: if prepared {
+            PreparedStatements::Always
+        } else {
+            PreparedStatements::Never
+        },
         ..(*settings(5)).clone()
     });
     let b = Batcher::new(one.clone(), queries(), settings, redis_sink(&ns, TTL).await);
