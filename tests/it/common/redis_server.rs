@@ -6,6 +6,16 @@ use std::time::Duration;
 
 use super::pg_server::Certs;
 
+/// How a start of the server ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Started {
+    Up,
+    /// Its process exited (its port taken, most likely).
+    Exited,
+    /// Neither, within the deadline.
+    Silent,
+}
+
 /// A redis-server child process owned by one test.
 pub struct RedisServer {
     /// The port it listens on: plain TCP, or TLS for a server started with [`Self::start_tls`].
@@ -52,15 +62,32 @@ impl RedisServer {
     }
 
     fn spawn(extra: Vec<String>, tls_ca: Option<Vec<u8>>) -> Self {
+        RedisServer::spawn_on(super::free_port(), extra, tls_ca)
+    }
+
+    fn spawn_on(port: u16, extra: Vec<String>, tls_ca: Option<Vec<u8>>) -> Self {
         let mut s = RedisServer {
-            port: super::free_port(),
+            port,
             child: None,
             extra,
             tls_ca,
             dir: tempfile::tempdir().unwrap(),
         };
-        s.restart();
-        s
+        // A free port can be taken between our look and the server's bind (another test's
+        // server, a cluster node's bus port at port + 10000): a server that exits at once is
+        // started again on another port.
+        for _ in 0..4 {
+            s.launch();
+            match s.started(Duration::from_secs(10)) {
+                Started::Up => return s,
+                Started::Exited => {
+                    s.child = None;
+                    s.port = super::free_port();
+                }
+                Started::Silent => break,
+            }
+        }
+        panic!("{}", s.not_up());
     }
 
     /// `redis://127.0.0.1:<port>`, or `rediss://` for a server that speaks only TLS.
@@ -85,6 +112,25 @@ impl RedisServer {
 
     /// Starts the server again on the same port (after `kill`), waiting until it answers.
     pub fn restart(&mut self) {
+        self.launch();
+        if self.started(Duration::from_secs(10)) != Started::Up {
+            panic!("{}", self.not_up());
+        }
+    }
+
+    /// Why the server is not up: its port and the end of its log.
+    fn not_up(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(5).collect();
+        format!(
+            "redis-server on 127.0.0.1:{} did not come up; its log ends:\n{}",
+            self.port,
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        )
+    }
+
+    /// Starts the server process on [`Self::port`].
+    fn launch(&mut self) {
         assert!(self.child.is_none(), "already running");
         let port = self.port.to_string();
         let mut cmd = Command::new("redis-server");
@@ -97,41 +143,53 @@ impl RedisServer {
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(self.dir.path())
+            .args(["--logfile", "redis.log"])
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server starts");
         self.child = Some(child);
-        self.wait_ready(Duration::from_secs(10));
     }
 
-    fn wait_ready(&self, deadline: Duration) {
+    /// Waits until the server answers PING, or its process exits, or `deadline` passes.
+    fn started(&mut self, deadline: Duration) -> Started {
+        let step = || {
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() {
+                return Some(Started::Exited);
+            }
+            self.answers().then_some(Started::Up)
+        };
+        super::poll_blocking(deadline, Duration::from_millis(20), step).unwrap_or(Started::Silent)
+    }
+
+    /// Whether the server answers PING (a TLS-only one: over TLS, or by listening).
+    fn answers(&self) -> bool {
         let addr = format!("127.0.0.1:{}", self.port);
-        let up = || {
-            if self.tls_ca.is_some() {
-                if self.answers_ping_over_tls() {
-                    return Some(());
-                }
-            } else if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
-                use std::io::{Read, Write};
-                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-                if s.write_all(b"PING\r\n").is_ok() {
-                    let mut buf = [0u8; 7];
-                    // A server that requires a password answers `-NOAUTH ...`: it is up too.
-                    if s.read_exact(&mut buf).is_ok()
-                        && (&buf == b"+PONG\r\n" || buf.starts_with(b"-NOAUTH"))
-                    {
-                        return Some(());
-                    }
+        if self.tls_ca.is_some() {
+            if self.answers_ping_over_tls() {
+                return true;
+            }
+        } else if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
+            use std::io::{Read, Write};
+            let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+            if s.write_all(b"PING\r\n").is_ok() {
+                let mut buf = [0u8; 7];
+                // A server that requires a password answers `-NOAUTH ...`: it is up too.
+                if s.read_exact(&mut buf).is_ok()
+                    && (&buf == b"+PONG\r\n" || buf.starts_with(b"-NOAUTH"))
+                {
+                    return true;
                 }
             }
-            // A TLS-only server will not answer plain PING; a listening port is enough.
-            let tls_only = self.extra.iter().any(|a| a == "--tls-port");
-            (tls_only && std::net::TcpStream::connect(&addr).is_ok()).then_some(())
-        };
-        let up = super::poll_blocking(deadline, Duration::from_millis(20), up);
-        assert!(up.is_some(), "redis-server on {addr} did not come up");
+        }
+        // A TLS-only server will not answer plain PING; a listening port is enough.
+        let tls_only = self.extra.iter().any(|a| a == "--tls-port");
+        tls_only && std::net::TcpStream::connect(&addr).is_ok()
     }
 
     /// Whether the server answers PING over TLS (`NOAUTH`, from a server that requires a
@@ -198,4 +256,13 @@ impl Drop for RedisServer {
         }
         self.kill();
     }
+}
+
+#[test]
+fn a_server_whose_port_is_taken_starts_on_another() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let s = RedisServer::spawn_on(port, Vec::new(), None);
+    assert_ne!(s.port, port);
+    assert!(s.answers());
 }
