@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::common::batch::*;
 use crate::common::*;
+use jobrelay::relay::prepared::PreparedClaims;
 use jobrelay::relay::{BatchSettings, Batcher, PreparedStatements};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
@@ -100,4 +101,41 @@ async fn claims_are_prepared_and_reused_only_when_asked_for(pool: PgPool) {
     let (relayed, claims) = relay_on_one_connection(&pool, false).await;
     assert_each_once_in_key_order(&relayed);
     assert_eq!(claims, 0, "unnamed claims leave nothing prepared");
+}
+
+/// A migration that changes what a named claim returns (`job_type` from `text` to
+/// `varchar`) while a relay runs: the claim that meets the cached plan fails ("cached plan must
+/// not change result type"), its batch rolls back untouched, and the relay claims unnamed from
+/// then on (docs/cli.md#postgres-connections): every job once, none lost.
+#[sqlx::test]
+async fn a_migration_that_changes_a_claims_result_ends_named_claims(pool: PgPool) {
+    let ns = Namespace::new();
+    let one = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with((*pool.connect_options()).clone())
+        .await
+        .unwrap();
+    let named = Arc::new(PreparedClaims::new(PreparedStatements::Always));
+    let b = Batcher::new(
+        one.clone(),
+        queries(),
+        settings(5),
+        redis_sink(&ns, TTL).await,
+    )
+    .with_prepared(named.clone());
+    insert_rows(&pool, 10, "default").await;
+    drain(&b).await;
+    assert!(named.on(), "named claims before the migration");
+    sqlx::query("ALTER TABLE pending_jobs ALTER COLUMN job_type TYPE varchar(200)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    insert_rows(&pool, 10, "default").await;
+    drain(&b).await;
+    assert!(!named.on(), "unnamed claims after the migration");
+    assert_eq!(pending_count(&pool).await, 0);
+    let jobs = ns.list_jobs("queue:default").await;
+    assert_eq!(jobs.len(), 20, "every job");
+    let uuids: std::collections::BTreeSet<_> = jobs.into_iter().map(|j| j.uuid).collect();
+    assert_eq!(uuids.len(), 20, "no job twice");
 }
