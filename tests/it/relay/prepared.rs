@@ -12,17 +12,23 @@ use jobrelay::relay::{BatchSettings, Batcher, PreparedStatements};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
+/// A pool of one connection to the test's database: a relay's claims prepared on it are the
+/// ones it runs again.
+async fn one_connection(pool: &PgPool) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with((*pool.connect_options()).clone())
+        .await
+        .unwrap()
+}
+
 /// Rows without a key and rows of three keys, interleaved, drained five at a time by a relay
 /// whose one connection is then asked which statements it holds prepared: each job once, each
 /// key's jobs in order, and the claims prepared only when asked for (two rounds: the second
 /// runs statements the first prepared).
 async fn relay_on_one_connection(pool: &PgPool, prepared: bool) -> (Vec<String>, i64) {
     let ns = Namespace::new();
-    let one = PgPoolOptions::new()
-        .max_connections(1)
-        .connect_with((*pool.connect_options()).clone())
-        .await
-        .unwrap();
+    let one = one_connection(pool).await;
     let settings = Arc::new(BatchSettings {
         prepared_statements: if prepared {
             PreparedStatements::Always
@@ -110,11 +116,7 @@ async fn claims_are_prepared_and_reused_only_when_asked_for(pool: PgPool) {
 #[sqlx::test]
 async fn a_migration_that_changes_a_claims_result_ends_named_claims(pool: PgPool) {
     let ns = Namespace::new();
-    let one = PgPoolOptions::new()
-        .max_connections(1)
-        .connect_with((*pool.connect_options()).clone())
-        .await
-        .unwrap();
+    let one = one_connection(&pool).await;
     let named = Arc::new(PreparedClaims::new(PreparedStatements::Always));
     let b = Batcher::new(
         one.clone(),
