@@ -20,7 +20,6 @@
 //! type a migration changed, end the named claims of the whole relay: the batch rolls back
 //! untouched and is claimed again at once, unnamed, and the relay says so once.
 
-use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -53,16 +52,6 @@ impl FromStr for PreparedStatements {
             "false" | "0" | "no" | "off" => Ok(PreparedStatements::Never),
             _ => Err(format!("{s:?} is not auto, true or false")),
         }
-    }
-}
-
-impl fmt::Display for PreparedStatements {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            PreparedStatements::Auto => "auto",
-            PreparedStatements::Always => "true",
-            PreparedStatements::Never => "false",
-        })
     }
 }
 
@@ -117,22 +106,16 @@ impl PreparedClaims {
     /// so once if they were named. Named claims asked for stay (PgBouncer 1.21+ keeps them in
     /// transaction mode).
     pub(crate) fn no_sessions(&self) {
-        let mut now = self.state.load(Ordering::Relaxed);
-        while matches!(now, WAITING | PROVED) {
-            match self
-                .state
-                .compare_exchange(now, UNNAMED, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) if now == PROVED => {
-                    ClaimsUnnamed {
-                        error: "the relay's connection is no longer a session of its own",
-                    }
-                    .emit();
-                    return;
-                }
-                Ok(_) => return,
-                Err(seen) => now = seen,
+        let was = self
+            .state
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
+                matches!(now, WAITING | PROVED).then_some(UNNAMED)
+            });
+        if was == Ok(PROVED) {
+            ClaimsUnnamed {
+                error: "the relay's connection is no longer a session of its own",
             }
+            .emit();
         }
     }
 
